@@ -1,0 +1,87 @@
+"""Opening an upstream chat completion for a canonical request: body, context clamp, retry.
+
+Claude Code asks for `max_tokens` up to 64000 whatever the model; vLLM answers 400 when prompt +
+max_tokens exceeds its context. The gateway clamps to the model's context length (config, or the
+backend's /v1/models `max_model_len`) less a low estimate of the prompt, and when vLLM still
+refuses and says how long the prompt is, retries once with exactly what fits, before a single
+byte has gone to the client.
+"""
+
+from __future__ import annotations
+
+import re
+
+import aiohttp
+
+from . import canonical as c
+from .errors import GatewayError
+from .exchange import Exchange
+from .upstream_request import build_body
+
+# Both wordings vLLM has used for the same refusal.
+_CTX_OLD = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
+_CTX_NEW = re.compile(r"maximum context length is (\d+) tokens.*?has (\d+) input tokens", re.S)
+
+
+def context_refusal(message: str) -> tuple[int, int] | None:
+    """(context length, prompt tokens) from a vLLM context-length 400, if that is what it is."""
+    for pattern in (_CTX_OLD, _CTX_NEW):
+        m = pattern.search(message)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+async def open_chat(
+    ex: Exchange,
+    req: c.Request,
+    *,
+    stream: bool,
+    continuous_usage: bool = False,
+    send_stop: bool = True,
+) -> aiohttp.ClientResponse:
+    assert ex.backend is not None
+    backend = ex.backend
+    ctx = ex.route.context_length(backend)
+    max_tokens = req.max_tokens
+
+    def body(mt: int | None) -> bytes:
+        return build_body(
+            req,
+            upstream_model=ex.route.upstream_model,
+            backend=backend.cfg,
+            stream=stream,
+            max_tokens=mt,
+            send_stop=send_stop,
+            continuous_usage=continuous_usage,
+        )
+
+    payload = body(max_tokens)
+    if ctx is not None and max_tokens is not None:
+        # A prompt is rarely under one token per 8 bytes of JSON: a low estimate, so the clamp
+        # never takes away room the model really has; the retry below covers the rest.
+        room = max(1, ctx - len(payload) // 8)
+        if max_tokens > room:
+            max_tokens = room
+            payload = body(max_tokens)
+    try:
+        return await ex.open("/chat/completions", payload, stream=stream)
+    except GatewayError as err:
+        if err.status != 400 or max_tokens is None:
+            raise
+        refusal = context_refusal(err.message)
+        if refusal is None:
+            raise
+        length, prompt = refusal
+        fits = length - prompt
+        if fits < 1:
+            raise GatewayError(
+                "invalid_request",
+                f"the prompt is {prompt} tokens, and model {ex.route.client_model!r} "
+                f"has a context of {length} tokens: no room left to answer",
+                param="messages",
+            ) from None
+        if fits >= max_tokens:
+            raise
+        ex.t.phase = "connecting"
+        return await ex.open("/chat/completions", body(fits), stream=stream)

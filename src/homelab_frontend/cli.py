@@ -1,0 +1,90 @@
+"""homelab-frontend serve | demo | stub | check"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import config as cfgmod
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    try:
+        cfg = cfgmod.load(args.config)
+    except cfgmod.ConfigError as err:
+        for p in err.problems:
+            print(p, file=sys.stderr)
+        return 2
+    print(f"config OK: listen {cfg.listen.host}:{cfg.listen.port}")
+    print("backends:")
+    for name, b in cfg.backends.items():
+        print(f"  {name:<16} {b.kind:<8} slots={b.slots:<3} queue={b.queue.depth}/{b.queue.timeout_s:g}s  {b.url}")
+    print("models:")
+    for name, m in cfg.models.items():
+        up = m.upstream_model or name
+        print(f"  {name:<28} -> {', '.join(m.backend_names())}  (upstream model {up})")
+    if cfg.aliases:
+        print("aliases:")
+        for pattern, target in cfg.aliases.items():
+            print(f"  {pattern:<28} -> {target}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from . import server
+
+    try:
+        cfg = cfgmod.load(args.config)
+    except cfgmod.ConfigError as err:
+        for p in err.problems:
+            print(p, file=sys.stderr)
+        return 2
+    host = args.host or cfg.listen.host
+    port = args.port if args.port is not None else cfg.listen.port
+    return server.run(cfg, args.config, host, port)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    return demo.run(args)
+
+
+def _cmd_stub(args: argparse.Namespace) -> int:
+    from .stub import cli as stub_cli
+
+    return stub_cli.run(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="homelab-frontend", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the gateway")
+    p.add_argument("--config", required=True, help="YAML config file")
+    p.add_argument("--host", help="override listen.host")
+    p.add_argument("--port", type=int, help="override listen.port (0: any free port)")
+    p.set_defaults(fn=_cmd_serve)
+
+    p = sub.add_parser("check", help="validate a config file and print the routing table")
+    p.add_argument("--config", required=True)
+    p.set_defaults(fn=_cmd_check)
+
+    p = sub.add_parser("demo", help="the gateway in front of two stand-in backends")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--token-delay-ms", type=int, default=20)
+    p.set_defaults(fn=_cmd_demo)
+
+    p = sub.add_parser("stub", help="a stand-in upstream (vLLM- or Ollama-flavoured)")
+    from .stub import cli as stub_cli
+
+    stub_cli.add_arguments(p)
+    p.set_defaults(fn=_cmd_stub)
+
+    args = parser.parse_args(argv)
+    return args.fn(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

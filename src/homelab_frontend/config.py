@@ -1,0 +1,273 @@
+"""YAML config -> typed `Config`. Every default lives here, and every problem is reported with
+the key path that holds it (`models.reasoning.backend: no backend named 'gpu9'`)."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+import yaml
+
+
+class Listen(msgspec.Struct, forbid_unknown_fields=True):
+    host: str = "127.0.0.1"
+    port: int = 8080
+
+
+class Queue(msgspec.Struct, forbid_unknown_fields=True):
+    depth: int = 32  # waiting requests per backend beyond its slots
+    timeout_s: float = 60.0  # longest wait for a slot
+
+
+class Timeouts(msgspec.Struct, forbid_unknown_fields=True):
+    connect_s: float = 5.0  # TCP connect to the backend
+    # Admission to the first upstream chunk: covers the backend's own queue and a long prefill.
+    first_token_s: float = 300.0
+    idle_s: float = 60.0  # longest silence between two upstream chunks of a stream
+    total_s: float | None = None  # whole request; off: long generations are legitimate
+    # A non-streaming upstream call sends nothing until it is done, so neither first_token_s nor
+    # idle_s can judge it; this bounds it unless total_s is set.
+    nonstream_s: float = 600.0
+
+
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
+
+
+class Backend(msgspec.Struct, forbid_unknown_fields=True):
+    url: str  # OpenAI-compatible base URL, ending in /v1
+    slots: int = 8
+    api_key_env: str | None = None
+    # What the upstream software is: decides which wire extras it understands (vLLM's
+    # stop_reason and continuous usage stats) and what the gateway must do itself.
+    kind: BackendKind = "vllm"
+    max_model_len: int | None = None  # default: read from the backend's /v1/models
+    queue: Queue = msgspec.field(default_factory=Queue)
+    timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    health_interval_s: float = 10.0
+
+    @property
+    def reports_stop_reason(self) -> bool:
+        return self.kind == "vllm"
+
+
+class Model(msgspec.Struct, forbid_unknown_fields=True):
+    backend: str | None = None
+    backends: list[str] | None = None
+    upstream_model: str | None = None  # default: the client name
+    max_model_len: int | None = None
+
+    def backend_names(self) -> list[str]:
+        if self.backends:
+            return list(self.backends)
+        return [self.backend] if self.backend else []
+
+
+class AuthKey(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    key_env: str | None = None
+    key: str | None = None  # literal, discouraged: prefer key_env
+    max_concurrent: int | None = None
+    priority: int = 0  # higher goes first in a queue
+    models: list[str] | None = None  # allowed client model names / globs; None: all
+
+
+class Auth(msgspec.Struct, forbid_unknown_fields=True):
+    keys: list[AuthKey] = msgspec.field(default_factory=list)
+    admin_key_env: str | None = None
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True):
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_json_depth: int = 64
+    max_messages: int = 10_000
+    max_tools: int = 512
+    max_header_bytes: int = 16 * 1024
+
+
+class Anthropic(msgspec.Struct, forbid_unknown_fields=True):
+    ping_interval_s: float = 10.0  # keep-alive frames while the upstream is silent
+    # Secret for thinking-block signatures; unset: a random one per process (signatures from
+    # before a restart then no longer verify, and such thinking is dropped from history).
+    signing_key_env: str | None = None
+
+
+class Cluster(msgspec.Struct, forbid_unknown_fields=True):
+    redis_url: str
+    lease_s: float = 10.0
+    replica_id: str | None = None  # default: hostname-pid
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True):
+    listen: Listen = msgspec.field(default_factory=Listen)
+    backends: dict[str, Backend] = msgspec.field(default_factory=dict)
+    models: dict[str, Model] = msgspec.field(default_factory=dict)
+    aliases: dict[str, str] = msgspec.field(default_factory=dict)  # name or glob -> model
+    auth: Auth = msgspec.field(default_factory=Auth)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    anthropic: Anthropic = msgspec.field(default_factory=Anthropic)
+    cluster: Cluster | None = None
+    shutdown_grace_s: float = 30.0  # SIGTERM: how long in-flight requests may finish
+    access_log: str | None = None  # a file path; default: stderr
+
+
+class ConfigError(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`")
+_MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+
+
+def _msgspec_problem(prefix: str, err: msgspec.ValidationError) -> str:
+    text = str(err)
+    m = _MSGSPEC_PATH.search(text)
+    path = prefix
+    if m:
+        tail = m.group("path").replace("[", ".").replace("]", "").replace("'", "")
+        path = f"{prefix}{tail}" if prefix else tail.lstrip(".")
+        text = text[: m.start()]
+    unknown = _UNKNOWN.match(text)
+    if unknown:
+        key = unknown.group(1)
+        return f"{path + '.' if path else ''}{key}: unknown key"
+    return f"{path or '(top)'}: {text[0].lower() + text[1:] if text else 'invalid'}"
+
+
+def _convert(prefix: str, raw: Any, typ: type, problems: list[str]) -> Any:
+    try:
+        return msgspec.convert(raw, typ, strict=True)
+    except msgspec.ValidationError as err:
+        problems.append(_msgspec_problem(prefix, err))
+        return None
+
+
+def parse(raw: Any) -> Config:
+    """Validate a loaded YAML document. Raises ConfigError with one line per problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(["(top): expected a mapping of sections"])
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    # Section by section, so that one bad section does not hide the problems of the others.
+    fields: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("backends", "models"):
+            continue
+        part = _convert("", {key: value}, Config, problems)
+        if part is not None:
+            fields[key] = getattr(part, key)
+    top = msgspec.structs.replace(Config(), **fields)
+    backends: dict[str, Backend] = {}
+    raw_backends = raw.get("backends") or {}
+    if not isinstance(raw_backends, dict):
+        problems.append("backends: expected a mapping of backend names")
+        raw_backends = {}
+    for name, b in raw_backends.items():
+        got = _convert(f"backends.{name}", b, Backend, problems)
+        if got is not None:
+            backends[str(name)] = got
+    models: dict[str, Model] = {}
+    raw_models = raw.get("models") or {}
+    if not isinstance(raw_models, dict):
+        problems.append("models: expected a mapping of model names")
+        raw_models = {}
+    for name, m in raw_models.items():
+        got = _convert(f"models.{name}", m if m is not None else {}, Model, problems)
+        if got is not None:
+            models[str(name)] = got
+    sections.update(backends=backends, models=models)
+    cfg = msgspec.structs.replace(top, **sections)
+    problems += _check(cfg, raw_backends)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _check(cfg: Config, raw_backends: dict) -> list[str]:
+    problems: list[str] = []
+    if not (0 <= cfg.listen.port <= 65535):
+        problems.append(f"listen.port: {cfg.listen.port} is not a TCP port")
+    for name, b in cfg.backends.items():
+        p = f"backends.{name}"
+        parts = urlsplit(b.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(f"{p}.url: {b.url!r} is not an http(s) URL")
+        if b.slots < 1:
+            problems.append(f"{p}.slots: must be at least 1, got {b.slots}")
+        if b.queue.depth < 0:
+            problems.append(f"{p}.queue.depth: must be 0 or more, got {b.queue.depth}")
+        if b.queue.timeout_s < 0:
+            problems.append(f"{p}.queue.timeout_s: must be 0 or more")
+        for field in ("connect_s", "first_token_s", "idle_s", "nonstream_s"):
+            if getattr(b.timeouts, field) <= 0:
+                problems.append(f"{p}.timeouts.{field}: must be more than 0")
+        if b.timeouts.total_s is not None and b.timeouts.total_s <= 0:
+            problems.append(f"{p}.timeouts.total_s: must be more than 0 (or left out)")
+    for name, m in cfg.models.items():
+        p = f"models.{name}"
+        if m.backend and m.backends:
+            problems.append(f"{p}: give either backend or backends, not both")
+        names = m.backend_names()
+        if not names:
+            problems.append(f"{p}.backend: missing (which backend serves this model?)")
+        for i, bname in enumerate(names):
+            key = f"{p}.backend" if m.backend else f"{p}.backends[{i}]"
+            if bname not in cfg.backends and bname not in raw_backends:
+                problems.append(f"{key}: no backend named {bname!r}")
+    for pattern, target in cfg.aliases.items():
+        if target not in cfg.models:
+            problems.append(f"aliases.{pattern}: no model named {target!r}")
+        if pattern in cfg.models:
+            problems.append(f"aliases.{pattern}: shadows the model of the same name")
+    seen: set[str] = set()
+    for i, k in enumerate(cfg.auth.keys):
+        if (k.key is None) == (k.key_env is None):
+            problems.append(f"auth.keys[{i}]: give exactly one of key or key_env")
+        if k.name in seen:
+            problems.append(f"auth.keys[{i}].name: duplicate name {k.name!r}")
+        seen.add(k.name)
+        if k.max_concurrent is not None and k.max_concurrent < 1:
+            problems.append(f"auth.keys[{i}].max_concurrent: must be at least 1")
+    if cfg.cluster is not None:
+        if not cfg.cluster.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            problems.append(f"cluster.redis_url: {cfg.cluster.redis_url!r} is not a redis URL")
+        if cfg.cluster.lease_s <= 0:
+            problems.append("cluster.lease_s: must be more than 0")
+    if cfg.shutdown_grace_s < 0:
+        problems.append("shutdown_grace_s: must be 0 or more")
+    return problems
+
+
+def load(path: str | os.PathLike) -> Config:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError([f"{path}: cannot read: {err.strerror}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError([f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}"]) from None
+    return parse(raw)
+
+
+def resolve_alias(cfg: Config, name: str) -> str | None:
+    """The configured model a client name means: itself, an exact alias, or the first glob."""
+    if name in cfg.models:
+        return name
+    target = cfg.aliases.get(name)
+    if target is not None:
+        return target
+    for pattern, target in cfg.aliases.items():
+        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
+            return target
+    return None

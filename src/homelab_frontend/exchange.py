@@ -1,0 +1,165 @@
+"""One request's hold on the cluster: a slot, an upstream response, and a watchdog over both.
+
+Cancellation is structural. The request's handler task owns the Exchange; whatever ends the task
+(the client going away, which aiohttp turns into a cancellation at once; a timeout; an operator's
+cancel; shutdown), `__aexit__` closes the upstream connection (the upstream aborts its generation
+when its socket closes) and returns the slot. Nothing waits for a next chunk to notice.
+
+Timeouts and keep-alive pings are watched by one small task per request that looks at a progress
+counter a few times a second, so the per-chunk cost of all of it is one integer increment. When a
+deadline passes it cancels the handler task with a reason; the surface turns that reason into an
+error in its dialect (`own_cancel`), while a cancellation with no reason is the client leaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+import aiohttp
+
+from .errors import GatewayError
+from .routing import BackendState, Route
+from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
+from .upstream import UpstreamClient
+
+
+class Principal:
+    """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
+
+    __slots__ = ("name", "priority")
+
+    def __init__(self, name: str = "", priority: int = 0) -> None:
+        self.name = name
+        self.priority = priority
+
+
+ANONYMOUS = Principal()
+
+
+class Exchange:
+    def __init__(
+        self,
+        tracked: Tracked,
+        route: Route,
+        clients: dict[str, UpstreamClient],
+        principal: Principal = ANONYMOUS,
+    ) -> None:
+        self.t = tracked
+        self.route = route
+        self.clients = clients
+        self.principal = principal
+        self.backend: BackendState | None = None
+        self.resp: aiohttp.ClientResponse | None = None
+        self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
+        self.complete = False  # the upstream answer was read to its end
+        self.on_idle: Callable[[], Awaitable[None]] | None = None
+        self.ping_interval: float | None = None
+        self._timed_out: str | None = None
+        self._held_since: float | None = None
+        self._watch: asyncio.Task | None = None
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+
+    # -- phases -------------------------------------------------------------------------------
+
+    async def admit(self) -> BackendState:
+        self.t.phase = QUEUED
+        backend = self.backend = self.route.choose()
+        self.t.backend = backend.name
+        t0 = time.monotonic()
+        await backend.pool.acquire(self.principal.name, self.principal.priority)
+        self._held_since = now = time.monotonic()
+        self.t.queue_wait = now - t0
+        return backend
+
+    async def open(self, path: str, body: bytes, *, stream: bool) -> aiohttp.ClientResponse:
+        assert self.backend is not None
+        self.t.phase = CONNECTING
+        if self._watch is None:
+            self._watch = self._loop.create_task(self._watchdog(stream))
+        client = self.clients[self.backend.name]
+        t0 = time.monotonic()
+        self.resp = await client.post(path, body)
+        self.t.upstream_headers = time.monotonic() - t0
+        self.t.phase = FIRST_TOKEN if stream else GENERATING
+        return self.resp
+
+    def first_token(self) -> None:
+        self.t.phase = STREAMING
+        self.t.ttft = time.monotonic() - self.t.started
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> "Exchange":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Idempotent and synchronous: it must run to the end even inside a cancellation."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        if self.resp is not None:
+            if self.complete:
+                self.resp.release()  # read to the end: the connection goes back to the pool
+            else:
+                self.resp.close()  # abort: the upstream sees its socket close and stops
+            self.resp = None
+        if self._held_since is not None and self.backend is not None:
+            held = time.monotonic() - self._held_since
+            self._held_since = None
+            self.backend.pool.release(held)
+
+    def own_cancel(self) -> GatewayError | None:
+        """After a CancelledError: the error to report if the gateway itself cancelled (timeout,
+        operator, shutdown), or None if the client went away (then re-raise)."""
+        reason = self._timed_out
+        if reason is None and self.t.cancel_reason is None:
+            return None
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if reason is not None:
+            return GatewayError("timeout", reason)
+        if self.t.cancel_reason == "shutdown":
+            return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+        return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
+
+    # -- the watchdog -------------------------------------------------------------------------
+
+    async def _watchdog(self, stream: bool) -> None:
+        assert self.backend is not None
+        to = self.backend.cfg.timeouts
+        loop = self._loop
+        start = loop.time()
+        total = to.total_s if to.total_s is not None else (None if stream else to.nonstream_s)
+        limits = [x for x in (to.first_token_s, to.idle_s, total, self.ping_interval) if x]
+        tick = min(1.0, max(0.02, min(limits) / 4))
+        seen, last_change, last_ping = 0, start, start
+        while True:
+            await asyncio.sleep(tick)
+            now = loop.time()
+            if self.progress != seen:
+                seen, last_change, last_ping = self.progress, now, now
+            reason = None
+            if total is not None and now - start > total:
+                reason = f"the backend did not finish within {total:g} s"
+            elif stream and seen == 0 and now - start > to.first_token_s:
+                reason = f"no first token from the backend within {to.first_token_s:g} s"
+            elif stream and seen > 0 and now - last_change > to.idle_s:
+                reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
+            if reason is not None:
+                self._timed_out = reason
+                if self._task is not None:
+                    self._task.cancel()
+                return
+            if self.on_idle is not None and self.ping_interval and now - last_ping >= self.ping_interval:
+                last_ping = now
+                try:
+                    await self.on_idle()
+                except (ConnectionError, RuntimeError, aiohttp.ClientError):
+                    pass  # the client is gone; the handler's own cancellation handles that

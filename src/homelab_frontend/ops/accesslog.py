@@ -1,0 +1,47 @@
+"""One JSON line per request: who, what, where, how it ended, how long each part took.
+Never message text, never keys (a key's name only)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import msgspec
+
+from ..tracker import Tracked
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
+class AccessLog:
+    def __init__(self, path: str | None = None) -> None:
+        self._stream = open(path, "a", buffering=1) if path else sys.stderr
+
+    def write(self, t: Tracked, path: str) -> None:
+        line = {
+            "ts": round(time.time(), 3),
+            "id": t.id,
+            "path": path,
+            "dialect": t.dialect,
+            "model": t.model or None,
+            "backend": t.backend,
+            "key": t.key_name,
+            "stream": t.stream,
+            "status": t.status,
+            "outcome": t.outcome,
+            "queue_wait_ms": _ms(t.queue_wait),
+            "ttft_ms": _ms(t.ttft),
+            "duration_ms": _ms(time.monotonic() - t.started),
+            "tokens_in": t.tokens_in,
+            "tokens_out": t.tokens_out,
+        }
+        try:
+            self._stream.write(_encode(line).decode() + "\n")
+            self._stream.flush()
+        except (OSError, ValueError):
+            logging.getLogger("homelab_frontend").warning("access log write failed")

@@ -1,0 +1,70 @@
+"""The admin API: what is running and queued, cancel one request, reload the config.
+Protected by the admin key when one is configured (see auth.Auth.is_admin)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+
+def _gw(request: web.Request):
+    from ..server import GATEWAY
+
+    return request.app[GATEWAY]
+
+
+def _forbidden() -> web.Response:
+    return web.json_response(
+        {"error": {"type": "authentication_error", "message": "admin key required"}}, status=401
+    )
+
+
+def snapshot(gw) -> dict:
+    backends = {}
+    for name, b in gw.backends.items():
+        backends[name] = {  # no URL: internal addresses stay internal
+            "slots": b.pool.slots,
+            "in_use": b.pool.in_use,
+            "queued": b.pool.queued,
+            "up": b.up,
+            "last_error": b.last_error,
+            "upstream_running": b.upstream_running,
+        }
+    return {
+        "requests": [t.as_dict() for t in gw.tracker],
+        "backends": backends,
+    }
+
+
+async def list_requests(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    return web.json_response(snapshot(gw))
+
+
+async def cancel_request(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    rid = request.match_info["rid"]
+    if gw.tracker.cancel(rid, "admin"):
+        return web.json_response({"cancelled": rid})
+    return web.json_response(
+        {"error": {"type": "not_found_error", "message": f"no running request {rid!r}"}}, status=404
+    )
+
+
+async def reload_config(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    problems = gw.reload()
+    if problems:
+        return web.json_response({"reloaded": False, "problems": problems}, status=400)
+    return web.json_response({"reloaded": True})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/admin/requests", list_requests)
+    app.router.add_post("/admin/requests/{rid}/cancel", cancel_request)
+    app.router.add_post("/admin/reload", reload_config)

@@ -1,0 +1,342 @@
+"""Builds the gateway: its live state, the routes, start-up, reload and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from . import config as cfgmod
+from .auth import Auth
+from .errors import GatewayError
+from .exchange import Principal
+from .ops.accesslog import AccessLog
+from .routing import BackendState, Router
+from .slots import SlotPool
+from .surfaces import openai as openai_surface
+from .surfaces import openai_errors
+from .surfaces.anthropic import errors as anthropic_errors
+from .surfaces.anthropic import handler as anthropic_surface
+from .surfaces.anthropic.signature import ThinkingSigner
+from .tracker import Tracked, Tracker, new_request_id
+from .upstream import UpstreamClient
+
+log = logging.getLogger("homelab_frontend")
+GATEWAY = web.AppKey("gateway", object)
+
+Handler = Callable[[web.Request, "Gateway", Tracked], Awaitable[web.StreamResponse]]
+
+
+def _pool(name: str, b: cfgmod.Backend) -> SlotPool:
+    return SlotPool(name, b.slots, b.queue.depth, b.queue.timeout_s)
+
+
+class Gateway:
+    """Everything a request handler needs, and what survives a config reload."""
+
+    def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
+        self.config_path = config_path
+        self.tracker = Tracker()
+        self.backends: dict[str, BackendState] = {}
+        self.clients: dict[str, UpstreamClient] = {}
+        self.access_log = AccessLog(cfg.access_log)
+        secret = os.environ.get(cfg.anthropic.signing_key_env or "") if cfg.anthropic.signing_key_env else None
+        self.signer = ThinkingSigner(secret.encode() if secret else None)
+        self.metrics = None  # set by ops.metrics when enabled
+        self._probes: dict[str, asyncio.Task] = {}
+        self.apply(cfg)
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def apply(self, cfg: cfgmod.Config) -> None:
+        """Swap in a validated config. Pools live on (held slots stay accounted); requests in
+        flight keep the route they resolved; new requests see the new table."""
+        auth = Auth(cfg.auth)  # raises ConfigError before anything changes
+        for name, b in cfg.backends.items():
+            state = self.backends.get(name)
+            if state is None:
+                self.backends[name] = BackendState(name, b, _pool(name, b))
+            else:
+                state.cfg = b
+                state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
+            old = self.clients.get(name)
+            if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
+                if old is not None and _loop_running():
+                    asyncio.get_running_loop().create_task(old.close())
+                self.clients[name] = UpstreamClient(name, b)
+            else:
+                old.cfg = b
+        for name in list(self.backends):
+            if name not in cfg.backends and self.backends[name].pool.in_use == 0:
+                del self.backends[name]  # still-busy removed backends linger until idle
+        self.cfg = cfg
+        self.auth = auth
+        self.router = Router(cfg, self.backends)
+        if _loop_running():
+            self.start_probes()
+
+    def reload(self) -> list[str]:
+        """Re-read the config file. -> problems (empty when applied)."""
+        if not self.config_path:
+            return ["no config file to reload (started without --config)"]
+        try:
+            cfg = cfgmod.load(self.config_path)
+            self.apply(cfg)
+        except cfgmod.ConfigError as err:
+            log.warning("reload rejected, old config stays: %s", "; ".join(err.problems))
+            return err.problems
+        log.info("config reloaded from %s", self.config_path)
+        return []
+
+    # -- helpers for the surfaces -------------------------------------------------------------
+
+    async def read_body(self, request: web.Request) -> bytes:
+        limit = self.cfg.limits.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise GatewayError("request_too_large", f"the body is {request.content_length} bytes; the limit is {limit}")
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise GatewayError("request_too_large", f"the body is larger than the limit of {limit} bytes") from None
+
+    def headers(self, t: Tracked) -> dict[str, str]:
+        return {"request-id": t.id}
+
+    def hold(self, principal: Principal):
+        return self.auth.hold(principal)
+
+    def observe(self, t: Tracked, path: str) -> None:
+        self.access_log.write(t, path)
+        if self.metrics is not None:
+            self.metrics.observe(t)
+
+    # -- backend health -----------------------------------------------------------------------
+
+    def start_probes(self) -> None:
+        for name in list(self._probes):
+            if name not in self.backends:
+                self._probes.pop(name).cancel()
+        for name in self.backends:
+            if name not in self._probes or self._probes[name].done():
+                self._probes[name] = asyncio.get_running_loop().create_task(self._probe_loop(name))
+
+    async def probe(self, name: str) -> None:
+        state = self.backends.get(name)
+        client = self.clients.get(name)
+        if state is None or client is None:
+            return
+        try:
+            doc = await client.get_json("/models", timeout_s=min(5.0, state.cfg.health_interval_s))
+            lens = {}
+            for m in doc.get("data", []) if isinstance(doc, dict) else []:
+                if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
+                    lens[str(m.get("id"))] = m["max_model_len"]
+            state.model_lens = lens
+            if not state.up:
+                log.warning("backend %s is up again", name)
+            state.up, state.last_error = True, None
+        except GatewayError as err:
+            if state.up:
+                log.warning("backend %s is down: %s", name, err.message)
+            state.up, state.last_error = False, err.message
+
+    async def _probe_loop(self, name: str) -> None:
+        while name in self.backends:
+            await self.probe(name)
+            await asyncio.sleep(self.backends[name].cfg.health_interval_s if name in self.backends else 1)
+
+    async def close(self) -> None:
+        for task in self._probes.values():
+            task.cancel()
+        for client in self.clients.values():
+            await client.close()
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+# -- surfaces ---------------------------------------------------------------------------------
+
+
+def surface(dialect: str, fn: Handler):
+    render = anthropic_errors.render_error if dialect == "anthropic" else openai_errors.render_error
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw: Gateway = request.app[GATEWAY]
+        t = Tracked(new_request_id(), dialect, "", None, False)
+        gw.tracker.add(t)
+        try:
+            resp = await fn(request, gw, t)
+            t.status = resp.status
+            return resp
+        except GatewayError as err:
+            return _error_response(t, err, render)
+        except asyncio.CancelledError:
+            own = _own_cancel(t)
+            if own is None:
+                t.outcome = f"cancelled_{t.phase}"
+                t.status = 499
+                raise
+            return _error_response(t, own, render)
+        except Exception:
+            log.error("request %s failed:\n%s", t.id, traceback.format_exc())
+            err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
+            return _error_response(t, err, render)
+        finally:
+            gw.tracker.remove(t)
+            key = request.get("principal_key")
+            t.key_name = key.name if key is not None else None
+            gw.observe(t, request.path)
+
+    return handler
+
+
+def _own_cancel(t: Tracked) -> GatewayError | None:
+    """A cancellation the gateway caused before the response started (the Exchange usually
+    converts these itself; this covers the moments outside it)."""
+    if t.cancel_reason is None:
+        return None
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+    if t.cancel_reason == "shutdown":
+        return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+    return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
+
+
+def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:
+    status, body, headers = render(err)
+    t.status = status
+    if t.outcome == "ok":
+        t.outcome = f"rejected_{err.kind}" if err.kind in ("overloaded", "rate_limit") else f"error_{err.kind}"
+    return web.Response(
+        status=status, body=body, content_type="application/json", headers={**headers, "request-id": t.id}
+    )
+
+
+# -- small endpoints --------------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    gw: Gateway = request.app[GATEWAY]
+    up = {name: b.up for name, b in gw.backends.items()}
+    ready = any(up.values())
+    return web.json_response({"ready": ready, "backends": up}, status=200 if ready else 503)
+
+
+async def root(request: web.Request) -> web.StreamResponse:
+    from .ops import dashboard
+
+    return await dashboard.page(request)
+
+
+def _unknown(dialect: str):
+    async def handler(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+        raise GatewayError("not_found", f"no such endpoint: {request.method} {request.path}")
+
+    return surface(dialect, handler)
+
+
+def build_app(gw: Gateway) -> web.Application:
+    app = web.Application(client_max_size=gw.cfg.limits.max_body_bytes)
+    app[GATEWAY] = gw
+    r = app.router
+    r.add_post("/llm/v1/chat/completions", surface("openai", openai_surface.chat_completions))
+    r.add_get("/llm/v1/models", surface("openai", openai_surface.models))
+    r.add_post("/llm/v1/embeddings", surface("openai", openai_surface.embeddings))
+    r.add_post("/llm/v1/messages", surface("anthropic", anthropic_surface.messages))
+    r.add_post("/llm/v1/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens))
+    r.add_route("*", "/llm/v1/messages/{tail:.*}", _unknown("anthropic"))
+    r.add_route("*", "/llm/{tail:.*}", _unknown("openai"))
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
+    r.add_get("/", root)  # aiohttp answers HEAD for GET routes
+    from .ops import admin
+
+    admin.add_routes(app)
+
+    async def on_startup(app: web.Application) -> None:
+        gw.start_probes()
+
+    async def on_cleanup(app: web.Application) -> None:
+        await gw.close()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: int,
+                ready: Callable[[int], None] | None = None) -> int:
+    gw = Gateway(cfg, config_path)
+    app = build_app(gw)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           max_field_size=cfg.limits.max_header_bytes)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    if gw.auth.open:
+        msg = "no client keys configured: the gateway is open to anyone who can reach it"
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            msg = f"WARNING: listening on {host} without client keys: anyone on the network can use your GPUs"
+        log.warning(msg)
+    print(f"homelab-frontend listening on http://{host}:{bound}", flush=True)
+    if ready:
+        ready(bound)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, gw.reload)
+    await stop.wait()
+
+    # Graceful shutdown: stop accepting, let running requests finish, then cancel the rest.
+    log.warning("shutting down: %d requests in flight, up to %g s to finish", len(gw.tracker), gw.cfg.shutdown_grace_s)
+    await site.stop()
+    deadline = loop.time() + gw.cfg.shutdown_grace_s
+    while len(gw.tracker) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    for t in gw.tracker:
+        gw.tracker.cancel(t.id, "shutdown")
+    for _ in range(100):
+        if not len(gw.tracker):
+            break
+        await asyncio.sleep(0.02)
+    await runner.cleanup()
+    return 0
+
+
+def run(cfg: cfgmod.Config, config_path: str | None, host: str, port: int) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    try:
+        if uvloop is not None:
+            return uvloop.run(serve(cfg, config_path, host, port))
+        return asyncio.run(serve(cfg, config_path, host, port))
+    except cfgmod.ConfigError as err:
+        for p in err.problems:
+            print(p, file=sys.stderr)
+        return 2

@@ -1,0 +1,156 @@
+"""Admission control: a backend's sequence slots and the bounded queue in front of them.
+
+A request holds one slot from admission until its last byte is written or its cancellation is
+complete, so the backend never runs more sequences for us than its `slots`. When none is free the
+request waits in a bounded queue, FIFO within an API key but round-robin between keys (one key's
+burst cannot starve another) and by key priority first. A full queue, or a wait past the queue's
+timeout, is refused as `overloaded` with a Retry-After estimated from recent slot hold times.
+
+The fast path (a free slot, nobody waiting) is a counter increment: queueing costs nothing until
+it is needed. `SlotPool` keeps the count in process; `slots_redis.RedisSlotPool` shares it between
+replicas and reuses the queue logic here by overriding `_try_take` / `_give_back`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import OrderedDict, deque
+
+from .errors import GatewayError
+
+
+class _Waiter:
+    __slots__ = ("fut", "key", "priority")
+
+    def __init__(self, fut: asyncio.Future, key: str, priority: int) -> None:
+        self.fut = fut
+        self.key = key
+        self.priority = priority
+
+
+class SlotPool:
+    def __init__(self, name: str, slots: int, depth: int, timeout_s: float) -> None:
+        self.name = name
+        self.slots = slots
+        self.depth = depth
+        self.timeout_s = timeout_s
+        self.in_use = 0
+        self.queued = 0
+        # priority -> key -> that key's waiters; keys rotate to the back when served
+        self._queues: dict[int, OrderedDict[str, deque[_Waiter]]] = {}
+        self._hold_s = 5.0  # moving average of how long a slot is held, for Retry-After
+
+    # -- what a replica-shared pool overrides ------------------------------------------------
+
+    def _try_take(self) -> bool:
+        if self.in_use < self.slots:
+            self.in_use += 1
+            return True
+        return False
+
+    def _give_back(self) -> None:
+        self.in_use -= 1
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def retry_after(self, position: int | None = None) -> float:
+        """Seconds until a request at `position` in the queue could expect a slot."""
+        pos = self.queued + 1 if position is None else position
+        return max(1.0, math.ceil(self._hold_s * pos / max(self.slots, 1)))
+
+    async def acquire(self, key: str = "", priority: int = 0) -> None:
+        """Take a slot, waiting in the queue if need be. Raises GatewayError("overloaded")."""
+        if self.queued == 0 and self._try_take():
+            return
+        if self.queued >= self.depth:
+            raise GatewayError(
+                "overloaded",
+                f"backend {self.name!r} is busy: all {self.slots} slots in use and "
+                f"{self.queued} requests already waiting (queue depth {self.depth})",
+                retry_after=self.retry_after(),
+            )
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(loop.create_future(), key, priority)
+        self._enqueue(waiter)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await waiter.fut
+        except TimeoutError:
+            if waiter.fut.done() and not waiter.fut.cancelled():
+                return  # granted in the same tick the deadline passed: keep it
+            self._forget(waiter)
+            raise GatewayError(
+                "overloaded",
+                f"backend {self.name!r} is busy: no slot came free within "
+                f"{self.timeout_s:g} s in the queue",
+                retry_after=self.retry_after(),
+            ) from None
+        except BaseException:
+            if waiter.fut.done() and not waiter.fut.cancelled():
+                self.release()  # granted, but the caller went away before using it
+            else:
+                self._forget(waiter)
+            raise
+
+    def release(self, held_s: float | None = None) -> None:
+        if held_s is not None:
+            self._hold_s += 0.2 * (held_s - self._hold_s)
+        self._give_back()
+        self._grant()
+
+    def resize(self, slots: int, depth: int, timeout_s: float) -> None:
+        """Apply a reloaded config: held slots stay held, new ones are granted at once."""
+        self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
+        self._grant()
+
+    def waiting(self) -> list[tuple[str, int]]:
+        return [(w.key, p) for p, q in self._queues.items() for d in q.values() for w in d]
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    def _enqueue(self, w: _Waiter) -> None:
+        by_key = self._queues.get(w.priority)
+        if by_key is None:
+            by_key = self._queues[w.priority] = OrderedDict()
+        by_key.setdefault(w.key, deque()).append(w)
+        self.queued += 1
+
+    def _forget(self, w: _Waiter) -> None:
+        by_key = self._queues.get(w.priority)
+        if by_key is None or w.key not in by_key:
+            return
+        d = by_key[w.key]
+        try:
+            d.remove(w)
+        except ValueError:
+            return
+        self.queued -= 1
+        if not d:
+            del by_key[w.key]
+            if not by_key:
+                del self._queues[w.priority]
+
+    def _pop_next(self) -> _Waiter | None:
+        if not self._queues:
+            return None
+        prio = max(self._queues)
+        by_key = self._queues[prio]
+        key, d = next(iter(by_key.items()))
+        w = d.popleft()
+        self.queued -= 1
+        if d:
+            by_key.move_to_end(key)  # round-robin: this key waits behind the others now
+        else:
+            del by_key[key]
+            if not by_key:
+                del self._queues[prio]
+        return w
+
+    def _grant(self) -> None:
+        while self.queued and self._try_take():
+            w = self._pop_next()
+            if w is None or w.fut.done():
+                self._give_back()
+                continue
+            w.fut.set_result(None)

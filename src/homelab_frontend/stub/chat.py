@@ -1,0 +1,237 @@
+"""`POST /v1/chat/completions`: validate, plan, then play the timeline out over the socket.
+
+Cancellation is the point of this module. The app runs with `handler_cancellation=True`, so
+when the client's socket closes the handler task is cancelled wherever it is waiting (before
+headers, before the first token, between tokens, or mid non-streaming generation); the
+`except` below logs exactly one `cancelled` line and the `finally` returns the in-flight slot.
+Every wait is an `asyncio.sleep`, so nothing holds a cancellation back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from .flavour import Flavour, Rejection, ResponseContext
+from .script import Directives, count_prompt_tokens, last_user_text, make_plan, parse_directives
+from .state import StubState
+from .timeline import Abort, Event, Fail, Limits, Step, parse_stop, timeline
+
+STATE = web.AppKey("stub_state", StubState)
+FLAVOUR = web.AppKey("stub_flavour", Flavour)
+_encode = msgspec.json.encode
+
+
+def json_response(rejection: Rejection) -> web.Response:
+    return web.Response(status=rejection.status, body=_encode(rejection.body), content_type="application/json")
+
+
+def authorized(request: web.Request, api_key: str | None) -> bool:
+    return api_key is None or request.headers.get("Authorization") == f"Bearer {api_key}"
+
+
+@dataclass
+class Generation:
+    """One accepted request on its way out; knows how far it got, for the log."""
+
+    id: str
+    seq: int
+    stream: bool
+    events: list[Event]
+    ctx: ResponseContext
+    delay_ms: int
+    directives: Directives
+    include_usage: bool
+    sent_tokens: int = 0
+    aborted: bool = False
+
+
+async def _sleep_ms(ms: int) -> None:
+    if ms > 0:
+        await asyncio.sleep(ms / 1000)
+
+
+async def handle_chat(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    flavour = request.app[FLAVOUR]
+    config = state.config
+    try:
+        body = msgspec.json.decode(await request.read())
+    except msgspec.DecodeError as exc:
+        return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
+    seq = state.record(body, request.headers)
+    if not authorized(request, config.api_key):
+        state.log.write(f"rejected seq={seq} status=401")
+        return json_response(flavour.unauthorized())
+    prepared = _prepare(request, flavour, state, body, seq)
+    if isinstance(prepared, Rejection):
+        state.log.write(f"rejected seq={seq} status={prepared.status}")
+        return json_response(prepared)
+    gen = prepared
+    model = gen.ctx.model
+    state.log.write(f"request id={gen.id} seq={seq} model={model} stream={'true' if gen.stream else 'false'}")
+    if gen.directives.status is not None:
+        code = gen.directives.status
+        state.log.write(f"rejected id={gen.id} seq={seq} status={code}")
+        return json_response(flavour.error(code, f"stub error {code}"))
+
+    state.stats.begin()
+    try:
+        await _sleep_ms(gen.directives.headers_ms)
+        if gen.stream:
+            return await _stream(request, flavour, state, gen)
+        return await _respond(request, flavour, state, gen)
+    except asyncio.CancelledError:
+        _note_cancelled(state, gen)
+        raise
+    except ConnectionResetError:
+        # A write raced the disconnect notice; same story as being cancelled.
+        _note_cancelled(state, gen)
+        return web.Response(status=499)
+    finally:
+        state.stats.end()
+
+
+def _note_cancelled(state: StubState, gen: Generation) -> None:
+    if gen.aborted:
+        return
+    state.stats.cancelled += 1
+    state.log.write(f"cancelled id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+
+
+def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any, seq: int) -> Generation | Rejection:
+    config = state.config
+    if not isinstance(body, dict):
+        return flavour.error(400, "The request body must be a JSON object")
+    model = body.get("model")
+    if not model:
+        refusal = flavour.missing_model()
+        if refusal is not None:
+            return refusal
+        model = config.models[0]
+    if model not in config.models:
+        return flavour.model_not_found(str(model))
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return flavour.error(400, "[] is too short - 'messages'")
+
+    directives = parse_directives(last_user_text(messages))
+    prompt_tokens = count_prompt_tokens(messages)
+    max_tokens = flavour.max_tokens(body)
+    refusal = flavour.check_context(prompt_tokens, max_tokens, config.max_model_len)
+    if refusal is not None:
+        return refusal
+    if max_tokens is None and flavour.vllm_extras:
+        max_tokens = config.max_model_len - prompt_tokens  # vLLM's implicit cap
+
+    plan = make_plan(
+        body,
+        directives,
+        reasoning_default=config.reasoning,
+        agent_enabled=config.agent,
+        reasoning_supported=flavour.supports_reasoning,
+        honour_tool_choice=flavour.honour_tool_choice,
+        dump_arguments=flavour.dump_arguments,
+    )
+    limits = Limits(
+        max_tokens=max_tokens,
+        stop=parse_stop(body.get("stop")),
+        include_stop=flavour.vllm_extras and body.get("include_stop_str_in_output") is True,
+        fail_after=directives.fail_after,
+        error_after=directives.error_after,
+        stop_token=directives.stop_token if flavour.vllm_extras else None,
+        stream_tool_args=flavour.stream_tool_args,
+        separate_finish=flavour.separate_finish,
+        merge=directives.split,
+    )
+    options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+    include_usage = options.get("include_usage") is True
+    ctx = ResponseContext(
+        id=flavour.completion_id(request.headers),
+        model=model,
+        created=int(time.time()),
+        prompt_tokens=prompt_tokens,
+        include_usage=include_usage,
+        continuous_usage=flavour.vllm_extras and include_usage and options.get("continuous_usage_stats") is True,
+        reasoning_fields=config.reasoning_fields,
+        include_reasoning=body.get("include_reasoning") is not False,
+    )
+    return Generation(
+        id=ctx.id,
+        seq=seq,
+        stream=body.get("stream") is True,
+        events=timeline(plan, limits),
+        ctx=ctx,
+        delay_ms=directives.delay_ms if directives.delay_ms is not None else config.token_delay_ms,
+        directives=directives,
+        include_usage=include_usage,
+    )
+
+
+def _abort(request: web.Request, state: StubState, gen: Generation) -> None:
+    gen.aborted = True
+    state.stats.failed += 1
+    state.log.write(f"aborted id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+    if request.transport is not None:
+        request.transport.close()
+
+
+def _sse(payload: Any) -> bytes:
+    return b"data: " + _encode(payload) + b"\n\n"
+
+
+async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen: Generation) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, headers={"Content-Type": flavour.stream_content_type})
+    await resp.prepare(request)
+    for i, event in enumerate(gen.events):
+        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms if i == 0 else 0))
+        if isinstance(event, Abort):
+            _abort(request, state, gen)
+            return resp
+        if isinstance(event, Fail):
+            await resp.write(_sse(flavour.stream_error(gen.ctx)))
+            if flavour.done_after_error:
+                await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            state.stats.failed += 1
+            state.log.write(f"failed id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+            return resp
+        assert isinstance(event, Step)
+        if i == 0:
+            for chunk in flavour.stream_open(gen.ctx):
+                await resp.write(_sse(chunk))
+        gen.sent_tokens += event.tokens
+        await resp.write(_sse(flavour.stream_step(gen.ctx, event, gen.sent_tokens)))
+    if gen.include_usage:
+        await resp.write(_sse(flavour.stream_usage(gen.ctx, gen.sent_tokens)))
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    state.stats.completed += 1
+    state.log.write(f"completed id={gen.id} seq={gen.seq} tokens={gen.sent_tokens}")
+    return resp
+
+
+async def _respond(request: web.Request, flavour: Flavour, state: StubState, gen: Generation) -> web.StreamResponse:
+    for i, event in enumerate(gen.events):
+        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms if i == 0 else 0))
+        if isinstance(event, Abort):
+            _abort(request, state, gen)
+            return web.Response(status=499)
+        if isinstance(event, Fail):
+            state.stats.failed += 1
+            state.log.write(f"failed id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+            return json_response(flavour.completion_error())
+        assert isinstance(event, Step)
+        gen.sent_tokens += event.tokens
+    resp = web.Response(status=200, body=_encode(flavour.completion(gen.ctx, gen.events)), content_type="application/json")
+    # Written here rather than by aiohttp so that "completed" means the bytes went out.
+    await resp.prepare(request)
+    await resp.write_eof()
+    state.stats.completed += 1
+    state.log.write(f"completed id={gen.id} seq={gen.seq} tokens={gen.sent_tokens}")
+    return resp

@@ -1,0 +1,85 @@
+"""`homelab-frontend stub ...` / `python -m homelab_frontend.stub ...`: run one stub upstream.
+
+Prints `listening on http://HOST:PORT` (flushed) once the socket is bound, so a parent process
+can start it with `--port 0` and read the port back; runs until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from .server import FLAVOURS, StubServer
+from .state import StubConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="vllm", help="upstream to imitate")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    parser.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        metavar="NAME",
+        help="served model id (repeatable); default depends on the flavour",
+    )
+    parser.add_argument("--reasoning", action="store_true", help="emit reasoning first, like --reasoning-parser deepseek_r1")
+    parser.add_argument(
+        "--reasoning-field",
+        choices=["reasoning", "reasoning_content", "both"],
+        default="reasoning",
+        help="delta key for reasoning: vLLM>=0.16 'reasoning'; 'both' like vLLM 0.11-0.15",
+    )
+    parser.add_argument("--token-delay-ms", type=int, default=0, help="delay before each generated token")
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--log", metavar="FILE", help="event log, truncated at start, one line per event")
+    parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    parser.add_argument("--agent", action="store_true", help="scripted agent: call a tool, then report its result")
+
+
+def config_from_args(args: argparse.Namespace) -> StubConfig:
+    return StubConfig(
+        flavour=args.flavour,
+        host=args.host,
+        port=args.port,
+        models=tuple(args.models or ()),
+        reasoning=args.reasoning,
+        reasoning_field=args.reasoning_field,
+        token_delay_ms=args.token_delay_ms,
+        max_model_len=args.max_model_len,
+        log=args.log,
+        api_key=args.api_key,
+        agent=args.agent,
+    )
+
+
+async def serve(config: StubConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with StubServer(config) as stub:
+        print(f"listening on {stub.url}", flush=True)
+        await stop.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m homelab_frontend.stub", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

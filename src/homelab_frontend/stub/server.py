@@ -1,0 +1,209 @@
+"""The stub's aiohttp application: routes, the ops/test endpoints, and the server lifecycle."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
+from .flavour import Flavour, embedding_vector
+from .ollama import Ollama
+from .script import count_text_tokens, prompt_token_ids, text_token_ids
+from .state import EventLog, StubConfig, StubState
+from .vllm import Vllm
+
+FLAVOURS: dict[str, type[Flavour]] = {"vllm": Vllm, "ollama": Ollama}
+CHAT_PATH = "/v1/chat/completions"
+
+
+def make_flavour(name: str) -> Flavour:
+    return FLAVOURS[name]()
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=msgspec.json.encode(payload), content_type="application/json")
+
+
+async def _read_json(request: web.Request) -> Any:
+    try:
+        return msgspec.json.decode(await request.read())
+    except msgspec.DecodeError:
+        return None
+
+
+@web.middleware
+async def _auth(request: web.Request, handler: Any) -> web.StreamResponse:
+    # The chat handler checks for itself, after recording the request for the tests.
+    state = request.app[STATE]
+    path = request.path
+    if path.startswith("/v1") and path != CHAT_PATH and not authorized(request, state.config.api_key):
+        return json_response(request.app[FLAVOUR].unauthorized())
+    return await handler(request)
+
+
+async def _models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    config = state.config
+    return _json(request.app[FLAVOUR].models_list(list(config.models), config.max_model_len, int(time.time())))
+
+
+def _resolve_model(flavour: Flavour, config: StubConfig, body: dict) -> str | web.Response:
+    model = body.get("model") or (None if flavour.missing_model() else config.models[0])
+    if model is None:
+        return json_response(flavour.missing_model())
+    if model not in config.models:
+        return json_response(flavour.model_not_found(str(model)))
+    return model
+
+
+async def _embeddings(request: web.Request) -> web.Response:
+    flavour, config = request.app[FLAVOUR], request.app[STATE].config
+    body = await _read_json(request)
+    if not isinstance(body, dict):
+        return json_response(flavour.error(400, "The request body must be a JSON object"))
+    model = _resolve_model(flavour, config, body)
+    if isinstance(model, web.Response):
+        return model
+    raw = body.get("input")
+    inputs = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else None
+    if not inputs:
+        return json_response(flavour.error(400, "invalid input"))
+    texts = [item if isinstance(item, str) else msgspec.json.encode(item).decode() for item in inputs]
+    vectors = [embedding_vector(text) for text in texts]
+    tokens = sum(count_text_tokens(text) for text in texts)
+    return _json(flavour.embeddings(model, vectors, tokens, int(time.time())))
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    flavour, config = request.app[FLAVOUR], request.app[STATE].config
+    body = await _read_json(request)
+    if not isinstance(body, dict):
+        return json_response(flavour.error(400, "The request body must be a JSON object"))
+    model = _resolve_model(flavour, config, body)
+    if isinstance(model, web.Response):
+        return model
+    if isinstance(body.get("messages"), list):
+        ids = prompt_token_ids(body["messages"])
+    else:
+        ids = text_token_ids(body.get("prompt") if isinstance(body.get("prompt"), str) else "")
+    return _json({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    # vLLM labels its metrics with the first served model name only.
+    label = f'model_name="{state.config.models[0]}"'
+    text = (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{label}}} {float(state.stats.in_flight)}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{label}}} 0.0\n"
+    )
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(status=200)
+
+
+async def _ollama_root(request: web.Request) -> web.Response:
+    return web.Response(text="Ollama is running")
+
+
+async def _ollama_version(request: web.Request) -> web.Response:
+    return _json({"version": "0.12.0"})
+
+
+async def _stats(request: web.Request) -> web.Response:
+    return _json(request.app[STATE].stats.as_dict())
+
+
+async def _reset(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.reset()
+    return _json(state.stats.as_dict())
+
+
+async def _requests(request: web.Request) -> web.Response:
+    return _json(list(request.app[STATE].requests))
+
+
+def build_app(config: StubConfig) -> web.Application:
+    flavour = make_flavour(config.flavour)
+    if not config.models:
+        config = replace(config, models=(flavour.default_model,))
+    state = StubState(config=config, log=EventLog(config.log))
+    app = web.Application(middlewares=[_auth], client_max_size=64 * 1024 * 1024)
+    app[STATE] = state
+    app[FLAVOUR] = flavour
+    app.router.add_post(CHAT_PATH, handle_chat)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/embeddings", _embeddings)
+    if config.flavour == "vllm":
+        app.router.add_post("/tokenize", _tokenize)
+        app.router.add_get("/metrics", _metrics)
+        app.router.add_get("/health", _health)
+    else:
+        app.router.add_get("/", _ollama_root)
+        app.router.add_get("/api/version", _ollama_version)
+    app.router.add_get("/stub/stats", _stats)
+    app.router.add_post("/stub/reset", _reset)
+    app.router.add_get("/stub/requests", _requests)
+
+    async def close_log(app: web.Application) -> None:
+        state.log.close()
+
+    app.on_cleanup.append(close_log)
+    return app
+
+
+class StubServer:
+    """Run a stub inside the current event loop: `async with StubServer(config) as stub: stub.url`.
+
+    Handy for in-process tests; `cli.run` uses it too. Handler cancellation is on, so a client
+    that goes away cancels its generation at once.
+    """
+
+    def __init__(self, config: StubConfig, *, shutdown_timeout: float = 1.0) -> None:
+        self.config = config
+        self.url = ""
+        self._shutdown_timeout = shutdown_timeout
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def state(self) -> StubState:
+        assert self._runner is not None
+        return self._runner.app[STATE]
+
+    async def start(self) -> str:
+        app = build_app(self.config)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=self._shutdown_timeout
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        host = self.config.host if self.config.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> "StubServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()

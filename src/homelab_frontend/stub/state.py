@@ -1,0 +1,105 @@
+"""One stub process's configuration and what it has seen: counters, recent requests, event log.
+
+The event log is plain text, one line per event, flushed at once, because tests read it while
+the stub runs (`grep -c cancelled` must count exactly the client disconnects, so the word
+`cancelled` appears on those lines and nowhere else).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+RECENT_REQUESTS = 100
+
+
+@dataclass(frozen=True)
+class StubConfig:
+    flavour: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int = 0
+    models: tuple[str, ...] = ()
+    reasoning: bool = False
+    reasoning_field: str = "reasoning"
+    token_delay_ms: int = 0
+    max_model_len: int = 4096
+    log: str | None = None
+    api_key: str | None = None
+    agent: bool = False
+
+    @property
+    def reasoning_fields(self) -> tuple[str, ...]:
+        if self.reasoning_field == "both":
+            return ("reasoning", "reasoning_content")
+        return (self.reasoning_field,)
+
+
+@dataclass
+class Stats:
+    in_flight: int = 0
+    max_in_flight: int = 0
+    total: int = 0
+    cancelled: int = 0
+    completed: int = 0
+    failed: int = 0
+
+    def begin(self) -> None:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def end(self) -> None:
+        self.in_flight -= 1
+
+    def reset(self) -> None:
+        # in_flight is a fact about the present, not history: it survives a reset.
+        self.max_in_flight = self.in_flight
+        self.total = self.cancelled = self.completed = self.failed = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "total": self.total,
+            "cancelled": self.cancelled,
+            "completed": self.completed,
+            "failed": self.failed,
+        }
+
+
+class EventLog:
+    def __init__(self, path: str | None) -> None:
+        self._file: IO[str] | None = open(path, "w", encoding="utf-8") if path else None
+
+    def write(self, line: str) -> None:
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@dataclass
+class StubState:
+    config: StubConfig
+    log: EventLog
+    stats: Stats = field(default_factory=Stats)
+    requests: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
+    sequence: int = 0
+
+    def record(self, body: Any, headers: Any) -> int:
+        self.sequence += 1
+        self.stats.total += 1
+        flat: dict[str, str] = {}
+        for key, value in headers.items():
+            key = key.lower()
+            flat[key] = f"{flat[key]}, {value}" if key in flat else value
+        self.requests.append({"body": body, "headers": flat})
+        return self.sequence
+
+    def reset(self) -> None:
+        self.stats.reset()
+        self.requests.clear()

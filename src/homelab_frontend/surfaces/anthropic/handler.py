@@ -1,0 +1,210 @@
+"""The Anthropic Messages surface: POST /llm/v1/messages (plain and streaming) and
+/llm/v1/messages/count_tokens. Glue only: parsing is in request.py, the stream grammar in
+stream.py, whole-message assembly in response.py, upstream chunk decoding in upstream_decode.py.
+
+While a streaming request waits for a slot, no response headers are sent yet: a refusal can then
+still be a proper 529 with Retry-After, which clients (Claude Code included) retry on. Once the
+slot is held and the upstream has answered, `message_start` goes out and `ping` frames keep the
+connection alive whenever the upstream is silent for `anthropic.ping_interval_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from ... import canonical as c
+from ...chat import open_chat
+from ...errors import GatewayError
+from ...exchange import Exchange
+from ...stopmatch import StopMatcher
+from ...tracker import Tracked
+from ...upstream import sse_payloads
+from ...upstream_decode import ChunkDecoder, decode_completion
+from ...upstream_request import build_body
+from .request import parse_request
+from .response import MessageAssembler, new_message_id
+from .stream import AnthropicStreamEncoder
+
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+_CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
+
+
+class _Midstream(Exception):
+    """The upstream failed after the answer started."""
+
+
+async def _stream_events(
+    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None
+) -> AsyncIterator[list[c.Event]]:
+    """Batches of canonical events from an upstream SSE body, as they arrive. Ends normally only
+    when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired."""
+    decoder = ChunkDecoder()
+    try:
+        async for batch in sse_payloads(upstream.content):
+            ex.progress += 1
+            events: list[c.Event] = []
+            for payload in batch:
+                got = decoder.feed(payload)
+                if matcher is not None:
+                    got = [e2 for e in got for e2 in matcher.feed(e)]
+                events.extend(got)
+            if events:
+                yield events
+            if matcher is not None and matcher.matched is not None:
+                return  # the rest of the generation is not wanted: closing the exchange stops it
+            if decoder.done:
+                ex.complete = True
+                return
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        raise _Midstream("the backend closed the connection mid-stream") from None
+    raise _Midstream("the backend ended the stream without finishing it")
+
+
+def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
+    """Upstreams that do not say which stop string fired (Ollama, llama.cpp) get no `stop`; the
+    gateway matches the strings itself on the stream and stops the generation when one fires."""
+    assert ex.backend is not None
+    return bool(req.stop) and not ex.backend.cfg.reports_stop_reason
+
+
+async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+    body = await gw.read_body(request)
+    req = parse_request(body, signer=gw.signer)
+    t.model, t.stream = req.model, req.stream
+    route = gw.router.resolve(req.model)
+    principal = gw.auth.admit(request, route, "anthropic")
+    message_id = new_message_id()
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+        await ex.admit()
+        gateway_stops = _gateway_stops(req, ex)
+        matcher = StopMatcher(req.stop) if gateway_stops else None
+        if not req.stream:
+            result = await _whole_message(req, ex, t, message_id, gw, matcher)
+            out = web.Response(body=msgspec.json.encode(result), content_type="application/json",
+                               headers=gw.headers(t))
+            await out.prepare(request)
+            await out.write_eof()
+            return out
+        upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not gateway_stops)
+        out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
+        await out.prepare(request)
+        enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer)
+        ex.ping_interval = gw.cfg.anthropic.ping_interval_s
+        ex.on_idle = lambda: out.write(enc.ping())
+        try:
+            await _relay(upstream, ex, t, enc, out, matcher)
+        except GatewayError as err:  # our own timeout or cancel, after the stream started
+            t.outcome = f"error_{err.kind}"
+            await out.write(enc.fail("timeout_error" if err.kind == "timeout" else "api_error", err.message))
+        await out.write_eof()
+        return out
+
+
+async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder, out, matcher) -> None:
+    first = True
+    try:
+        async for events in _stream_events(upstream, ex, matcher):
+            frames = []
+            for ev in events:
+                if first and isinstance(ev, _CONTENT):
+                    first = False
+                    ex.first_token()
+                if isinstance(ev, c.Usage):
+                    if ev.input_tokens is not None:
+                        t.tokens_in = ev.input_tokens
+                    if ev.output_tokens is not None:
+                        t.tokens_out = ev.output_tokens
+                elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
+                    t.tokens_out += 1
+                frames.append(enc.feed(ev))
+            await out.write(b"".join(frames))
+            if enc.ended:
+                t.outcome = "error_upstream_midstream"
+                return
+        await out.write(enc.finish())
+    except _Midstream as err:
+        t.outcome = "error_upstream_midstream"
+        await out.write(enc.fail("api_error", str(err)))
+    except asyncio.CancelledError:
+        err = ex.own_cancel()
+        if err is None:
+            raise
+        raise err from None
+
+
+async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher) -> dict:
+    asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer)
+    if matcher is None:
+        upstream = await open_chat(ex, req, stream=False)
+        raw = await upstream.read()
+        ex.complete = True
+        try:
+            events = decode_completion(raw)
+        except ValueError as err:
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {err}") from None
+        for ev in events:
+            asm.feed(ev)
+    else:
+        upstream = await open_chat(ex, req, stream=True, send_stop=False)
+        try:
+            async for events in _stream_events(upstream, ex, matcher):
+                for ev in events:
+                    asm.feed(ev)
+        except _Midstream as err:
+            raise GatewayError("upstream_error", str(err)) from None
+    result = asm.result()
+    usage = result.get("usage") or {}
+    t.tokens_in = usage.get("input_tokens")
+    t.tokens_out = usage.get("output_tokens") or 0
+    return result
+
+
+async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
+    """A real count from vLLM's /tokenize (chat template and tools included); other backends
+    have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
+    body = await gw.read_body(request)
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as err:
+        raise GatewayError("invalid_request", f"the body is not valid JSON: {err}") from None
+    if isinstance(raw, dict) and "max_tokens" not in raw:
+        raw["max_tokens"] = 1  # count_tokens takes no max_tokens; the parser wants one
+    req = parse_request(msgspec.json.encode(raw), signer=gw.signer)
+    t.model = req.model
+    route = gw.router.resolve(req.model)
+    gw.auth.admit(request, route, "anthropic")
+    backend = route.choose()
+    t.backend = backend.name
+    chat = msgspec.json.decode(
+        build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None)
+    )
+    count = None
+    if backend.cfg.kind == "vllm":
+        client = gw.clients[backend.name]
+        tok_body = {"model": chat["model"], "messages": chat["messages"]}
+        if "tools" in chat:
+            tok_body["tools"] = chat["tools"]
+        try:
+            resp = await client.post("/tokenize", root=True, body=msgspec.json.encode(tok_body))
+            try:
+                doc = msgspec.json.decode(await resp.read())
+            finally:
+                resp.release()
+            if isinstance(doc, dict) and isinstance(doc.get("count"), int):
+                count = doc["count"]
+        except GatewayError:
+            count = None
+    if count is None:
+        # No tokenizer endpoint: about four bytes of chat text per token.
+        count = max(1, len(msgspec.json.encode(chat["messages"])) // 4)
+    t.tokens_in = count
+    return web.Response(
+        body=msgspec.json.encode({"input_tokens": count}),
+        content_type="application/json",
+        headers=gw.headers(t),
+    )

@@ -1,0 +1,38 @@
+"""Thinking-block signatures: an HMAC of the thinking text under the gateway's secret.
+
+Anthropic clients require a `signature` on every thinking block and send it back with the block in
+later requests' history. Ours lets the gateway recognise a thinking block it produced itself
+(and so send it upstream as reasoning) from one that was forged or came from elsewhere (dropped).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+
+_PREFIX = "hlf1."  # versioned, so a later scheme can be told apart
+
+
+class ThinkingSigner:
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._secret = secret if secret is not None else os.urandom(32)
+
+    def begin(self) -> "hmac.HMAC":
+        """An incremental MAC: feed it each thinking delta (`mac.update(text.encode())`)."""
+        return hmac.new(self._secret, digestmod=hashlib.sha256)
+
+    @staticmethod
+    def finish(mac: "hmac.HMAC") -> str:
+        return _PREFIX + base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+
+    def sign(self, text: str) -> str:
+        mac = self.begin()
+        mac.update(text.encode())
+        return self.finish(mac)
+
+    def verify(self, text: str, signature: str | None) -> bool:
+        if not signature:
+            return False
+        return hmac.compare_digest(self.sign(text), signature)

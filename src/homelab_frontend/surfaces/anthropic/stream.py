@@ -1,0 +1,522 @@
+"""The Anthropic Messages SSE encoder: canonical events in, SSE frames out. One state machine, no I/O.
+
+Theory of operation
+===================
+Modelled on h11: this module owns the whole grammar of an Anthropic streaming answer and nothing
+else. The caller (the I/O layer) feeds it canonical events as they arrive and writes the bytes it
+returns straight to the client; the encoder never touches a socket, a clock or a task.
+
+    enc = AnthropicStreamEncoder(message_id="msg_...", model=request.model, signer=signer)
+    for event in events:                  # from ChunkDecoder (optionally through a StopMatcher)
+        write(enc.feed(event))            # zero or more complete frames, at once (unbuffered)
+    write(enc.finish())                   # upstream ended normally
+    # or, on failure after the headers were sent:  write(enc.fail("api_error", "..."))
+    # and while waiting for the upstream:          write(enc.ping())
+
+A frame is `event: <name>\\ndata: <json>\\n\\n`, the JSON's `type` equal to `<name>`, one msgspec
+encode per frame. The grammar of a whole answer is
+
+    message_start (content_block_start content_block_delta+ content_block_stop)* message_delta message_stop
+
+or, after a failure, `... error` and nothing more; `ping` may appear anywhere after message_start.
+
+States and transitions
+----------------------
+States: IDLE (nothing sent), MESSAGE (message_start sent, no block open), THINKING / TEXT / TOOL
+(that kind of block open), ENDED (message_stop or error sent). Only one block is ever open.
+
+Content events, per state (`_TRANSITIONS` below is this table, and the code dispatches on it):
+
+    state \\ event   ReasoningDelta     TextDelta           ToolCallStart      ToolArgsDelta(i)
+    MESSAGE         open thinking      open text           open tool_use      drop
+    THINKING        delta              close, open text    close, open tool   drop
+    TEXT            close, open think  delta               close, open tool   drop
+    TOOL(j)         close, open think  close, open text (*) close, open tool  delta if i == j, else drop
+
+    open X  = content_block_start at the next index (0, 1, 2, ... in emission order, no gaps),
+              then the first delta.
+    close   = content_block_stop of the open block; a thinking block is first given its
+              signature_delta, a tool_use block that got no arguments at all an empty
+              input_json_delta (as Anthropic itself sends), so every block has >= 1 delta.
+
+Every other event:
+
+    any event in IDLE     -> message_start first (lazily: a leading Usage event's input_tokens is
+                             in it), then as above. (UpstreamError in IDLE: see fail().)
+    Usage                 -> remember the counts; no frame.
+    Finish                -> remember stop_reason / stop_sequence (the first Finish wins); no frame.
+    UpstreamError(kind,m) -> fail(kind, m).
+    finish()              -> [message_start if IDLE], close the open block, message_delta,
+                             message_stop; ENDED.
+    fail(type, message)   -> one `error` frame (no block is closed, no message_stop); ENDED.
+    ping()                -> [message_start if IDLE], ping.
+    anything in ENDED     -> b"" (nothing is ever emitted after message_stop or error).
+
+Choices (and why)
+-----------------
+* Empty deltas ("" text, reasoning or arguments) never open a block and emit nothing.
+* Reasoning after text or a tool opens a NEW thinking block; text after a tool a new text block;
+  each ToolCallStart a new tool_use block (closing the previous one).
+* (*) Whitespace-only text right after a tool_use block is held (not emitted) while the tool block
+  stays open: vLLM can stream the `"\\n"` after `</tool_call>` as content and then send the call's
+  last argument bytes (its end-of-stream "unstreamed arguments" fix-up, vllm PR #45287). Closing
+  the tool block for that newline would make those bytes unplaceable. The held whitespace is
+  emitted in front of the next non-whitespace text (in a new text block); if a reasoning delta,
+  another tool call or the end comes first, it is dropped: a whitespace-only text block carries
+  nothing and the Anthropic API itself rejects blank text blocks in history. This is the only text
+  the encoder ever holds, and only whitespace.
+* Arguments for a tool call whose block is no longer open (true interleaving of two calls'
+  arguments, which none of vLLM / Ollama / llama.cpp send: they stream calls one after another)
+  cannot be expressed in the Anthropic grammar: they are dropped and counted in
+  `dropped_tool_args` so the I/O layer can log it. Arguments for an index never started likewise.
+* Thinking signatures: `signer.begin()` at block open, `mac.update()` with each thinking delta
+  (the text is never accumulated), `signature_delta` with `signer.finish(mac)` right before the
+  block's content_block_stop.
+* Tool ids: the upstream id is passed through when it is a valid Anthropic id
+  (`^[A-Za-z0-9_-]{1,128}$`: vLLM's `chatcmpl-tool-...`, Ollama's `call_...` are), because the
+  upstream model's chat template may check the ids it generated when the history comes back
+  (Mistral templates require their own 9-char ids); clients only echo ids back. Otherwise (none,
+  or invalid characters) a fresh `toolu_<24 hex>` is generated.
+* input_tokens (Anthropic meaning: uncached prompt tokens) = prompt_tokens - cached tokens when the
+  upstream reported cached tokens, else prompt_tokens. `cache_read_input_tokens` is sent only
+  when the upstream reported a cached count; `cache_creation_input_tokens` never (we would have to
+  invent it). When the prompt count is unknown at message_start (Ollama reports usage only at the
+  end; vLLM with continuous_usage_stats reports it on the first chunk, which is why message_start
+  is lazy), message_start carries the constructor's `input_tokens` (an estimate the caller may
+  have, e.g. from a tokenizer) or else 0, since the field is required by the schema; the real
+  value then goes into message_delta.usage.input_tokens, which the SDK accumulator takes
+  (it overwrites input_tokens when present).
+* message_delta.usage always has output_tokens (0 if the upstream never reported it: the field is
+  required), plus input_tokens / cache_read_input_tokens when known.
+* stop_reason: stop -> end_turn, length -> max_tokens, tool_calls -> tool_use,
+  stop_sequence -> stop_sequence (+ the string), content_filter -> refusal. finish() without any
+  Finish event -> end_turn (the upstream ended its stream cleanly; the I/O layer calls fail()
+  when it did not).
+* ping() before message_start emits message_start first: Anthropic's own streams begin with
+  message_start and strict clients assume it. (So an I/O layer that pings while waiting for the
+  first chunk gives up the lazy input_tokens; pass an estimate to the constructor.)
+* fail() before anything was sent emits only the `error` frame (no message_start): the client
+  SDKs raise on it as on an HTTP error. The I/O layer should prefer a real HTTP error status when
+  it has not sent the response headers yet (see `started`).
+* An answer with no content at all (upstream sent only [DONE]) is message_start, message_delta,
+  message_stop, with no block (content: []), which the Anthropic API itself sometimes returns.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Callable, Union
+
+import msgspec
+
+from ...canonical import (
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    UpstreamError,
+    Usage,
+)
+from .signature import ThinkingSigner
+
+__all__ = ["AnthropicStreamEncoder", "STOP_REASONS"]
+
+# ---------------------------------------------------------------------------------------------
+# Wire shapes of the frames (encoded with msgspec; the `type` tag is written first)
+# ---------------------------------------------------------------------------------------------
+
+
+class _StartUsage(msgspec.Struct, omit_defaults=True):
+    input_tokens: int
+    output_tokens: int
+    cache_read_input_tokens: Union[int, None] = None
+
+
+class _Message(msgspec.Struct, kw_only=True):  # fields in Anthropic's order
+    id: str
+    type: str = "message"
+    role: str = "assistant"
+    content: list = []
+    model: str
+    stop_reason: None = None
+    stop_sequence: None = None
+    usage: _StartUsage
+
+
+class _MessageStart(msgspec.Struct, tag="message_start"):
+    message: _Message
+
+
+class _TextBlock(msgspec.Struct, tag="text"):
+    text: str = ""
+
+
+class _ThinkingBlock(msgspec.Struct, tag="thinking"):
+    thinking: str = ""
+    signature: str = ""
+
+
+class _ToolUseBlock(msgspec.Struct, tag="tool_use"):
+    id: str
+    name: str
+    input: dict = {}
+
+
+class _BlockStart(msgspec.Struct, tag="content_block_start"):
+    index: int
+    content_block: Union[_TextBlock, _ThinkingBlock, _ToolUseBlock]
+
+
+class _TextDelta(msgspec.Struct, tag="text_delta"):
+    text: str
+
+
+class _ThinkingDelta(msgspec.Struct, tag="thinking_delta"):
+    thinking: str
+
+
+class _SignatureDelta(msgspec.Struct, tag="signature_delta"):
+    signature: str
+
+
+class _InputJsonDelta(msgspec.Struct, tag="input_json_delta"):
+    partial_json: str
+
+
+class _BlockDelta(msgspec.Struct, tag="content_block_delta"):
+    index: int
+    delta: Union[_TextDelta, _ThinkingDelta, _SignatureDelta, _InputJsonDelta]
+
+
+class _BlockStop(msgspec.Struct, tag="content_block_stop"):
+    index: int
+
+
+class _StopInfo(msgspec.Struct):
+    stop_reason: str
+    stop_sequence: Union[str, None] = None
+
+
+class _DeltaUsage(msgspec.Struct, omit_defaults=True):
+    output_tokens: int
+    input_tokens: Union[int, None] = None
+    cache_read_input_tokens: Union[int, None] = None
+
+
+class _MessageDelta(msgspec.Struct, tag="message_delta"):
+    delta: _StopInfo
+    usage: _DeltaUsage
+
+
+class _ErrorBody(msgspec.Struct):
+    type: str
+    message: str
+
+
+class _Error(msgspec.Struct, tag="error"):
+    error: _ErrorBody
+
+
+_encode = msgspec.json.Encoder().encode
+
+_MESSAGE_START = b"event: message_start\ndata: "
+_BLOCK_START = b"event: content_block_start\ndata: "
+_BLOCK_DELTA = b"event: content_block_delta\ndata: "
+_BLOCK_STOP = b"event: content_block_stop\ndata: "
+_MESSAGE_DELTA = b"event: message_delta\ndata: "
+_ERROR = b"event: error\ndata: "
+_END = b"\n\n"
+_MESSAGE_STOP_FRAME = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+_PING_FRAME = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+_TEXT_BLOCK = _TextBlock()
+_THINKING_BLOCK = _ThinkingBlock()
+
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "stop_sequence": "stop_sequence",
+    "content_filter": "refusal",
+}
+
+_VALID_TOOL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}").fullmatch
+
+
+def _new_tool_id() -> str:
+    return "toolu_" + secrets.token_hex(12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The state machine
+# ---------------------------------------------------------------------------------------------
+
+# States
+IDLE = "IDLE"
+MESSAGE = "MESSAGE"
+THINKING = "THINKING"
+TEXT = "TEXT"
+TOOL = "TOOL"
+ENDED = "ENDED"
+
+# Actions for content events
+OPEN = "open"  # no block open: open one for this event
+DELTA = "delta"  # the open block takes this event
+SWITCH = "switch"  # close the open block, open one for this event
+DROP = "drop"  # not expressible: dropped (ToolArgsDelta only)
+ARGS = "args"  # ToolArgsDelta in a tool block: delta if it is the open call's, else drop
+TEXT_AFTER_TOOL = "text_after_tool"  # hold whitespace-only text, else switch
+
+_TRANSITIONS: dict[tuple[str, type], str] = {
+    # state      event              action
+    (MESSAGE, ReasoningDelta): OPEN,
+    (MESSAGE, TextDelta): OPEN,
+    (MESSAGE, ToolCallStart): OPEN,
+    (MESSAGE, ToolArgsDelta): DROP,
+    (THINKING, ReasoningDelta): DELTA,
+    (THINKING, TextDelta): SWITCH,
+    (THINKING, ToolCallStart): SWITCH,
+    (THINKING, ToolArgsDelta): DROP,
+    (TEXT, ReasoningDelta): SWITCH,
+    (TEXT, TextDelta): DELTA,
+    (TEXT, ToolCallStart): SWITCH,
+    (TEXT, ToolArgsDelta): DROP,
+    (TOOL, ReasoningDelta): SWITCH,
+    (TOOL, TextDelta): TEXT_AFTER_TOOL,
+    (TOOL, ToolCallStart): SWITCH,
+    (TOOL, ToolArgsDelta): ARGS,
+}
+
+# The block each content event lives in
+_BLOCK_FOR = {ReasoningDelta: THINKING, TextDelta: TEXT, ToolCallStart: TOOL, ToolArgsDelta: TOOL}
+
+
+class AnthropicStreamEncoder:
+    """Encodes one answer as Anthropic SSE. See the module docstring for the grammar and choices."""
+
+    __slots__ = (
+        "message_id",
+        "model",
+        "state",
+        "stop_reason",
+        "stop_sequence",
+        "prompt_tokens",
+        "output_tokens",
+        "cached_input_tokens",
+        "failed",
+        "dropped_tool_args",
+        "_signer",
+        "_new_tool_id",
+        "_estimated_input",
+        "_finish_seen",
+        "_index",
+        "_mac",
+        "_tool_index",
+        "_tool_has_args",
+        "_held_ws",
+    )
+
+    def __init__(
+        self,
+        *,
+        message_id: str,
+        model: str,
+        signer: ThinkingSigner,
+        input_tokens: int | None = None,
+        new_tool_id: Callable[[], str] = _new_tool_id,
+    ) -> None:
+        self.message_id = message_id
+        self.model = model
+        self.state = IDLE
+        self.stop_reason: str | None = None  # Anthropic stop_reason once a Finish arrived
+        self.stop_sequence: str | None = None
+        self.prompt_tokens: int | None = None  # as the upstream reported (cached included)
+        self.output_tokens: int | None = None
+        self.cached_input_tokens: int | None = None
+        self.failed = False
+        self.dropped_tool_args = 0
+        self._signer = signer
+        self._new_tool_id = new_tool_id
+        self._estimated_input = input_tokens
+        self._finish_seen = False
+        self._index = -1  # index of the last block opened
+        self._mac = None  # the open thinking block's MAC
+        self._tool_index = -1  # canonical index of the open tool call
+        self._tool_has_args = False
+        self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
+
+    # -- public state ------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """Something was emitted (message_start or an error frame)."""
+        return self.state is not IDLE
+
+    @property
+    def ended(self) -> bool:
+        return self.state is ENDED
+
+    @property
+    def input_tokens(self) -> int | None:
+        """Anthropic's input_tokens: uncached prompt tokens; None if unknown."""
+        p = self.prompt_tokens
+        if p is None:
+            return None
+        c = self.cached_input_tokens
+        return p - c if c is not None and c <= p else p
+
+    @property
+    def block_count(self) -> int:
+        return self._index + 1
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def feed(self, event: Event) -> bytes:
+        state = self.state
+        if state is ENDED:
+            return b""
+        kind = type(event)
+        if kind is Usage:
+            if event.input_tokens is not None:
+                self.prompt_tokens = event.input_tokens
+            if event.output_tokens is not None:
+                self.output_tokens = event.output_tokens
+            if event.cached_input_tokens is not None:
+                self.cached_input_tokens = event.cached_input_tokens
+            return self._message_start() if state is IDLE else b""
+        if kind is UpstreamError:
+            return self.fail(event.kind, event.message)
+        head = b""
+        if state is IDLE:
+            head = self._message_start()
+            state = MESSAGE
+        if kind is Finish:
+            if not self._finish_seen:
+                self._finish_seen = True
+                self.stop_reason = STOP_REASONS.get(event.reason, "end_turn")
+                self.stop_sequence = event.stop_sequence if event.reason == "stop_sequence" else None
+            return head
+        # a content event
+        if kind is ToolCallStart:
+            payload = None
+        else:
+            payload = event.text if kind is not ToolArgsDelta else event.fragment
+            if not payload:
+                return head
+        action = _TRANSITIONS[(state, kind)]
+        if action is DELTA:
+            return head + self._delta(payload)
+        if action is ARGS:
+            if event.index == self._tool_index:
+                self._tool_has_args = True
+                return head + self._delta(payload)
+            self.dropped_tool_args += 1
+            return head
+        if action is DROP:
+            self.dropped_tool_args += 1
+            return head
+        if action is TEXT_AFTER_TOOL:
+            if payload.isspace():
+                self._held_ws += payload
+                return head
+            payload = self._held_ws + payload
+            self._held_ws = ""
+        # OPEN or SWITCH
+        out = head + self._close() if action is not OPEN else head
+        return out + self._open(_BLOCK_FOR[kind], event, payload)
+
+    def finish(self) -> bytes:
+        """The upstream ended normally: close the open block, message_delta, message_stop."""
+        if self.state is ENDED:
+            return b""
+        out = self._message_start() if self.state is IDLE else b""
+        out += self._close()
+        if self.stop_reason is None:
+            self.stop_reason = "end_turn"
+        usage = _DeltaUsage(self.output_tokens or 0, self.input_tokens, self.cached_input_tokens)
+        out += (
+            _MESSAGE_DELTA
+            + _encode(_MessageDelta(_StopInfo(self.stop_reason, self.stop_sequence), usage))
+            + _END
+            + _MESSAGE_STOP_FRAME
+        )
+        self.state = ENDED
+        return out
+
+    def fail(self, error_type: str, message: str) -> bytes:
+        """The answer failed: one `error` frame, then the stream is over (no message_stop)."""
+        if self.state is ENDED:
+            return b""
+        self.state = ENDED
+        self.failed = True
+        return _ERROR + _encode(_Error(_ErrorBody(error_type, message))) + _END
+
+    def ping(self) -> bytes:
+        if self.state is ENDED:
+            return b""
+        out = self._message_start() if self.state is IDLE else b""
+        return out + _PING_FRAME
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _message_start(self) -> bytes:
+        self.state = MESSAGE
+        prompt = self.prompt_tokens
+        cached = self.cached_input_tokens
+        if prompt is None:
+            est = self._estimated_input
+            input_tokens = est if est is not None else 0
+        else:
+            input_tokens = self.input_tokens
+        usage = _StartUsage(input_tokens, self.output_tokens or 0, cached)
+        return _MESSAGE_START + _encode(_MessageStart(_Message(id=self.message_id, model=self.model, usage=usage))) + _END
+
+    def _delta(self, payload: str) -> bytes:
+        state = self.state
+        if state is TEXT:
+            d = _TextDelta(payload)
+        elif state is THINKING:
+            self._mac.update(payload.encode())
+            d = _ThinkingDelta(payload)
+        else:
+            d = _InputJsonDelta(payload)
+        return _BLOCK_DELTA + _encode(_BlockDelta(self._index, d)) + _END
+
+    def _open(self, block: str, event: Event, payload: str | None) -> bytes:
+        self._index += 1
+        self.state = block
+        if block is TEXT:
+            cb = _TEXT_BLOCK
+        elif block is THINKING:
+            cb = _THINKING_BLOCK
+            self._mac = self._signer.begin()
+        else:
+            tool_id = event.id if event.id and _VALID_TOOL_ID(event.id) else self._new_tool_id()
+            cb = _ToolUseBlock(tool_id, event.name)
+            self._tool_index = event.index
+            self._tool_has_args = False
+            self._held_ws = ""
+        out = _BLOCK_START + _encode(_BlockStart(self._index, cb)) + _END
+        if payload is not None:
+            out += self._delta(payload)
+        return out
+
+    def _close(self) -> bytes:
+        state = self.state
+        if state is MESSAGE:
+            return b""
+        out = b""
+        if state is THINKING:
+            sig = _SignatureDelta(self._signer.finish(self._mac))
+            self._mac = None
+            out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, sig)) + _END
+        elif state is TOOL:
+            self._held_ws = ""
+            self._tool_index = -1
+            if not self._tool_has_args:
+                out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, _InputJsonDelta(""))) + _END
+        self.state = MESSAGE
+        return out + _BLOCK_STOP + _encode(_BlockStop(self._index)) + _END

@@ -1,0 +1,202 @@
+"""The OpenAI Chat Completions surface: /llm/v1/chat/completions, /models, /embeddings.
+
+Upstreams already speak this dialect, so answers are relayed chunk by chunk with only the model
+name put back to the one the client sent (a byte replacement: the upstream's `"model":"..."` key
+cannot occur unescaped inside JSON string content). Each chunk is decoded once, into a small
+struct, for accounting: first token, usage, a mid-stream error. The gateway always asks the
+upstream for usage (for its logs and metrics) and drops the usage-only chunk when the client did
+not ask for it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from ..chat import open_chat
+from ..errors import GatewayError
+from ..exchange import Exchange
+from ..tracker import Tracked
+from ..upstream import sse_payloads
+from .openai_request import parse_request
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _ChunkInfo(msgspec.Struct):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+    error: object = None
+
+
+class _CompletionInfo(msgspec.Struct):
+    usage: _Usage | None = None
+
+
+_chunk_info = msgspec.json.Decoder(_ChunkInfo)
+_completion_info = msgspec.json.Decoder(_CompletionInfo)
+_encode = msgspec.json.encode
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+def error_chunk(message: str, kind: str = "api_error") -> bytes:
+    return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
+
+
+def model_rewriter(upstream_model: str, client_model: str):
+    needle = b'"model":' + _encode(upstream_model)
+    repl = b'"model":' + _encode(client_model)
+    if needle == repl:
+        return lambda b: b
+    return lambda b: b.replace(needle, repl)
+
+
+async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+    body = await gw.read_body(request)
+    req, client_wants_usage = parse_request(body)
+    t.model, t.stream = req.model, req.stream
+    route = gw.router.resolve(req.model)
+    principal = gw.auth.admit(request, route, "openai")
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+        await ex.admit()
+        upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=False)
+        rewrite = model_rewriter(route.upstream_model, route.client_model)
+        if not req.stream:
+            raw = await upstream.read()
+            ex.complete = True
+            try:
+                info = _completion_info.decode(raw)
+                if info.usage:
+                    t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
+            except msgspec.DecodeError:
+                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
+            out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
+            await out.prepare(request)
+            await out.write_eof()
+            return out
+        out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
+        await out.prepare(request)
+        await _relay(upstream, out, ex, t, rewrite, client_wants_usage)
+        return out
+
+
+async def _relay(upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:
+    done = False
+    failure: str | None = None
+    first = True
+    try:
+        async for batch in sse_payloads(upstream.content):
+            ex.progress += 1
+            frames = []
+            for payload in batch:
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    info = _chunk_info.decode(payload)
+                except msgspec.DecodeError:
+                    failure = "the backend sent a malformed chunk"
+                    break
+                if info.error is not None:
+                    err = info.error
+                    msg = err.get("message") if isinstance(err, dict) else str(err)
+                    failure = f"the backend failed mid-stream: {msg}"
+                    break
+                if info.usage is not None:
+                    t.tokens_in = info.usage.prompt_tokens
+                    if info.usage.completion_tokens is not None:
+                        t.tokens_out = info.usage.completion_tokens
+                    if not info.choices and not client_wants_usage:
+                        continue
+                elif info.choices:
+                    d = info.choices[0].delta
+                    if d is not None and (d.content or d.reasoning or d.reasoning_content or d.tool_calls):
+                        t.tokens_out += 1
+                        if first:
+                            first = False
+                            ex.first_token()
+                frames.append(b"data: " + rewrite(payload) + b"\n\n")
+            if frames:
+                await out.write(b"".join(frames))
+            if failure:
+                break
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        failure = "the backend closed the connection mid-stream"
+    if failure is None and not done:
+        failure = "the backend ended the stream without finishing it"
+    if failure is not None:
+        t.outcome = "error_upstream_midstream"
+        await out.write(error_chunk(failure))
+        await out.write_eof()
+        return
+    ex.complete = True
+    await out.write(b"data: [DONE]\n\n")
+    await out.write_eof()
+
+
+async def models(request: web.Request, gw, t: Tracked) -> web.Response:
+    gw.auth.admit(request, None, "openai")
+    now = int(time.time())
+    data = []
+    for name in gw.router.model_names():
+        entry = {"id": name, "object": "model", "created": now, "owned_by": "homelab-frontend"}
+        route = gw.router.resolve(name)
+        lens = [route.context_length(b) for b in route.backends]
+        known = [n for n in lens if n]
+        if known:
+            entry["max_model_len"] = min(known)
+        data.append(entry)
+    t.outcome = "ok"
+    return web.Response(
+        body=_encode({"object": "list", "data": data}),
+        content_type="application/json",
+        headers=gw.headers(t),
+    )
+
+
+async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+    body = await gw.read_body(request)
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError as err:
+        raise GatewayError("invalid_request", f"the body is not valid JSON: {err}") from None
+    if not isinstance(raw, dict):
+        raise GatewayError("invalid_request", "the body must be a JSON object")
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise GatewayError("invalid_request", "model: required string field is missing", param="model")
+    if "input" not in raw:
+        raise GatewayError("invalid_request", "input: required field is missing", param="input")
+    t.model = model
+    route = gw.router.resolve(model)
+    principal = gw.auth.admit(request, route, "openai")
+    allowed = ("input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens")
+    upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+        await ex.admit()
+        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
+        result = await upstream.read()
+        ex.complete = True
+        rewrite = model_rewriter(route.upstream_model, route.client_model)
+        out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))
+        await out.prepare(request)
+        await out.write_eof()
+        return out

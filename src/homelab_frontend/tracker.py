@@ -1,0 +1,90 @@
+"""Every request the gateway is working on, queued or in flight: for the admin API, the
+dashboard, the access log and graceful shutdown. Updating a phase is an attribute store."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import Iterator
+
+# Phases, in order. A request that is cancelled records the phase it was in.
+QUEUED = "queued"  # waiting for a slot
+CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
+FIRST_TOKEN = "first_token"  # headers in, waiting for the first generated token
+STREAMING = "streaming"  # tokens flowing to the client
+GENERATING = "generating"  # non-streaming: the upstream is generating the whole answer
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+class Tracked:
+    __slots__ = (
+        "id", "dialect", "model", "backend", "key_name", "phase", "stream",
+        "started", "started_wall", "tokens_out", "task", "cancel_reason",
+        "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
+    )
+
+    def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
+        self.id = rid
+        self.dialect = dialect
+        self.model = model
+        self.backend: str | None = None
+        self.key_name = key_name
+        self.phase = QUEUED
+        self.stream = stream
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self.tokens_out = 0
+        self.task: asyncio.Task | None = asyncio.current_task()
+        self.cancel_reason: str | None = None  # "admin", "shutdown": why we cancelled it
+        self.queue_wait: float | None = None  # seconds spent waiting for a slot
+        self.upstream_headers: float | None = None  # seconds from admission to upstream headers
+        self.ttft: float | None = None  # seconds from arrival to the first token written
+        self.tokens_in: int | None = None
+        self.status = 0
+        self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "dialect": self.dialect,
+            "model": self.model,
+            "backend": self.backend,
+            "key": self.key_name,
+            "phase": self.phase,
+            "stream": self.stream,
+            "age_s": round(time.monotonic() - self.started, 3),
+            "started": self.started_wall,
+            "tokens_out": self.tokens_out,
+        }
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self._live: dict[str, Tracked] = {}
+
+    def add(self, t: Tracked) -> None:
+        self._live[t.id] = t
+
+    def remove(self, t: Tracked) -> None:
+        self._live.pop(t.id, None)
+
+    def __iter__(self) -> Iterator[Tracked]:
+        return iter(list(self._live.values()))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def get(self, rid: str) -> Tracked | None:
+        return self._live.get(rid)
+
+    def cancel(self, rid: str, reason: str) -> bool:
+        t = self._live.get(rid)
+        if t is None or t.task is None or t.task.done():
+            return False
+        t.cancel_reason = reason
+        t.task.cancel()
+        return True

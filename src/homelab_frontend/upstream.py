@@ -1,0 +1,175 @@
+"""The upstream client: one pooled aiohttp session per backend, and the SSE line reader.
+
+Only the configured base URL is ever contacted (the path is ours, never the client's), redirects
+are not followed, and nothing of the client's request but the body we built is forwarded: no
+client headers, no client key. Upstream failures become `GatewayError`s whose messages name the
+backend but carry neither its address nor a stack trace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import AsyncIterator
+
+import aiohttp
+import msgspec
+
+from .config import Backend
+from .errors import GatewayError
+
+_MAX_ERROR_BODY = 64 * 1024
+_TRACE = re.compile(r"Traceback \(most recent call last\)|\n\s+File \"")
+_ADDR = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|https?://[^\s'\"]+")
+
+
+def clean_message(text: str, limit: int = 1000) -> str:
+    """An upstream's error text, fit for a client: no traceback, no internal address."""
+    m = _TRACE.search(text)
+    if m:
+        text = text[: m.start()].rstrip() or "internal error in the backend"
+    text = _ADDR.sub("<backend>", text)
+    return text[:limit]
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace").strip() or "(empty body)"
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+        for key in ("message", "detail"):
+            if isinstance(doc.get(key), str):
+                return doc[key]
+    return raw.decode("utf-8", "replace")[:1000]
+
+
+class UpstreamClient:
+    def __init__(self, name: str, cfg: Backend) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.base = cfg.url.rstrip("/")
+        # vLLM serves /tokenize and /metrics beside /v1, at the server root
+        self.root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"content-type": "application/json"}
+            key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
+            if key:
+                headers["authorization"] = f"Bearer {key}"
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=0,  # the slot pool bounds concurrency, not the connector
+                    keepalive_timeout=30,
+                    enable_cleanup_closed=True,
+                ),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=None, sock_connect=self.cfg.timeouts.connect_s
+                ),
+                headers=headers,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _unreachable(self, err: BaseException) -> GatewayError:
+        reason = "connection refused"
+        if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.strerror:
+            reason = err.os_error.strerror.lower()
+        elif isinstance(err, (TimeoutError, aiohttp.ServerTimeoutError)):
+            reason = f"no connection within {self.cfg.timeouts.connect_s:g} s"
+        elif isinstance(err, aiohttp.ServerDisconnectedError):
+            reason = "it closed the connection"
+        elif not isinstance(err, aiohttp.ClientConnectorError):
+            reason = type(err).__name__
+        return GatewayError("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})")
+
+    async def post(self, path: str, body: bytes, root: bool = False) -> aiohttp.ClientResponse:
+        """POST and return the response once its headers are in; a non-2xx status is raised as
+        GatewayError("upstream_error") with the upstream's own message and status."""
+        url = (self.root if root else self.base) + path
+        try:
+            resp = await self.session().post(url, data=body, allow_redirects=False)
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None
+        if resp.status >= 300:
+            try:
+                raw = await resp.content.read(_MAX_ERROR_BODY)
+            except (aiohttp.ClientError, OSError):
+                raw = b""
+            finally:
+                resp.close()
+            raise GatewayError(
+                "upstream_error",
+                f"backend {self.name!r} answered {resp.status}: {clean_message(_error_text(raw))}",
+                status=resp.status if resp.status >= 400 else 502,
+            )
+        return resp
+
+    async def get_json(self, path: str, timeout_s: float = 5.0) -> object:
+        try:
+            async with self.session().get(
+                self.base + path,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
+                raw = await resp.read()
+                if resp.status != 200:
+                    raise GatewayError(
+                        "upstream_error",
+                        f"backend {self.name!r} answered {resp.status} to {path}",
+                        status=502,
+                    )
+                return msgspec.json.decode(raw)
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None
+        except msgspec.DecodeError:
+            raise GatewayError("upstream_error", f"backend {self.name!r}: {path} is not JSON") from None
+
+    async def get_text(self, url_path: str, timeout_s: float = 5.0) -> str:
+        """GET a path relative to the server root (e.g. /metrics), not to the /v1 base."""
+        try:
+            async with self.session().get(
+                self.root + url_path, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                if resp.status != 200:
+                    raise GatewayError("upstream_error", f"{url_path}: {resp.status}", status=502)
+                return await resp.text()
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None
+
+
+async def sse_payloads(content: aiohttp.StreamReader) -> AsyncIterator[list[bytes]]:
+    """The `data:` payloads of an SSE body, in batches of whatever has already arrived: a batch
+    is never held back to wait for more, so relaying a batch as one write adds no latency."""
+    buf = b""
+    while True:
+        data = await content.readany()
+        if not data:
+            tail = buf.strip()
+            if tail.startswith(b"data:"):
+                yield [tail[5:].lstrip()]
+            return
+        if b"\n" not in data:
+            buf += data
+            continue
+        lines = (buf + data).split(b"\n")
+        buf = lines.pop()
+        batch = []
+        for line in lines:
+            if line.startswith(b"data:"):
+                payload = line[6:] if line[5:6] == b" " else line[5:]
+                batch.append(payload.rstrip(b"\r"))
+        if batch:
+            yield batch

@@ -1,0 +1,62 @@
+"""Shared fixtures: real stub upstreams and a real gateway process on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+from gwproc import Gateway, config_for
+from stubproc import start_stub
+
+R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
+QWEN = "qwen2.5:3b-instruct"
+
+
+@pytest.fixture(scope="session")
+def tmpdir_session():
+    return tempfile.mkdtemp(prefix="hlf-tests-")
+
+
+@pytest.fixture(scope="session")
+def vllm_stub(tmpdir_session):
+    log = os.path.join(tmpdir_session, "stub-reasoning.log")
+    with start_stub("vllm", "--reasoning", "--model", R1, "--max-model-len", "4096", log_path=log) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def ollama_stub(tmpdir_session):
+    log = os.path.join(tmpdir_session, "stub-ollama.log")
+    with start_stub("ollama", "--model", QWEN, log_path=log) as s:
+        yield s
+
+
+def standard_config(vllm_url: str, ollama_url: str, **extra) -> dict:
+    return config_for(
+        {
+            "gpu0": {"url": vllm_url, "kind": "vllm", "slots": 8},
+            "ollama": {"url": ollama_url, "kind": "ollama", "slots": 4},
+        },
+        {
+            "reasoning": {"backend": "gpu0", "upstream_model": R1},
+            QWEN: {"backend": "ollama"},
+        },
+        aliases={"claude-*haiku*": QWEN, "claude-*": "reasoning"},
+        **extra,
+    )
+
+
+@pytest.fixture(scope="session")
+def gateway(vllm_stub, ollama_stub):
+    with Gateway(standard_config(vllm_stub.base, ollama_stub.base)) as gw:
+        yield gw
+
+
+@pytest.fixture
+def stubs(vllm_stub, ollama_stub):
+    """Both stubs with fresh counters (and the vLLM stub's request record) for this test."""
+    vllm_stub.reset()
+    ollama_stub.reset()
+    return vllm_stub, ollama_stub

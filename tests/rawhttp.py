@@ -1,0 +1,109 @@
+"""curl-shaped raw HTTP for wire details: exact bytes, SSE frames, and clients that vanish."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from urllib.parse import urlsplit
+
+
+def _request_bytes(url: str, body: dict | bytes, headers: dict | None = None) -> tuple[tuple[str, int], bytes]:
+    parts = urlsplit(url)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    head = [
+        f"POST {parts.path}{'?' + parts.query if parts.query else ''} HTTP/1.1",
+        f"Host: {parts.hostname}:{parts.port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+        "Connection: close",
+    ]
+    for k, v in (headers or {}).items():
+        head.append(f"{k}: {v}")
+    return (parts.hostname, parts.port), ("\r\n".join(head) + "\r\n\r\n").encode() + data
+
+
+def post_raw(url: str, body: dict | bytes, headers: dict | None = None, timeout: float = 30) -> tuple[int, dict, bytes]:
+    """-> (status, headers lower-cased, body with chunked encoding undone)."""
+    addr, req = _request_bytes(url, body, headers)
+    with socket.create_connection(addr, timeout=timeout) as s:
+        s.sendall(req)
+        buf = b""
+        while True:
+            got = s.recv(65536)
+            if not got:
+                break
+            buf += got
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    if hdrs.get("transfer-encoding") == "chunked":
+        rest = _dechunk(rest)
+    return status, hdrs, rest
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2:]
+    return out
+
+
+def post_and_vanish(url: str, body: dict, *, after_bytes: int = 0, after_s: float = 0.0,
+                    headers: dict | None = None, rst: bool = False) -> bytes:
+    """Send a request, read until `after_bytes` of response arrived (or `after_s` passed), then
+    drop the connection the way a killed client does. -> what was read."""
+    addr, req = _request_bytes(url, body, headers)
+    s = socket.create_connection(addr, timeout=30)
+    try:
+        s.sendall(req)
+        got = b""
+        deadline = time.monotonic() + after_s
+        if after_bytes:
+            while len(got) < after_bytes:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        remaining = deadline - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining)
+        return got
+    finally:
+        if rst:  # a reset instead of an orderly FIN, like a client host that vanished
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+
+
+def sse_data(body: bytes) -> list[bytes]:
+    return [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
+
+
+def sse_events(body: bytes) -> list[tuple[str | None, dict | str]]:
+    """-> [(event name or None, parsed data)] for every frame."""
+    out = []
+    for frame in body.split(b"\n\n"):
+        if not frame.strip():
+            continue
+        name, data = None, None
+        for line in frame.split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip().decode()
+            elif line.startswith(b"data:"):
+                raw = line[5:].strip()
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    data = raw.decode()
+        out.append((name, data))
+    return out
