@@ -38,7 +38,7 @@ class Gateway:
 
     def write_config(self, config: dict) -> None:
         with open(self.config_path, "w") as f:
-            yaml.safe_dump(config, f)
+            yaml.safe_dump(config, f, sort_keys=False)
 
     def _wait_listening(self, timeout: float = 15.0) -> str:
         deadline = time.monotonic() + timeout

@@ -85,8 +85,8 @@ class UpstreamClient:
 
     def _unreachable(self, err: BaseException) -> GatewayError:
         reason = "connection refused"
-        if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.strerror:
-            reason = err.os_error.strerror.lower()
+        if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.errno:
+            reason = os.strerror(err.os_error.errno).lower()  # strerror text can hold the address
         elif isinstance(err, (TimeoutError, aiohttp.ServerTimeoutError)):
             reason = f"no connection within {self.cfg.timeouts.connect_s:g} s"
         elif isinstance(err, aiohttp.ServerDisconnectedError):

@@ -328,9 +328,8 @@ def make_plan(
                 arguments = directives.args
         else:
             arguments = dump_arguments(agent_arguments(tools, target))
-        reasoning_default = AGENT_REASONING_TOKENS if agent else DEFAULT_REASONING_TOKENS
         return Plan(
-            reasoning=reasoning(reasoning_default),
+            reasoning=reasoning(AGENT_REASONING_TOKENS if agent else DEFAULT_REASONING_TOKENS),
             content=tuple(_content_tokens(directives, prompt, 0)),
             tool_call=ToolCallPlan(target, arguments),
             named_tool_choice=named is not None and target == named,

@@ -1,0 +1,83 @@
+"""Config validation: one line per problem, each naming its key path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from homelab_frontend import config as cfgmod
+
+GOOD = """
+listen: {host: 127.0.0.1, port: 8080}
+backends:
+  gpu0: {url: "http://127.0.0.1:8000/v1", slots: 8, api_key_env: GPU0_KEY}
+models:
+  reasoning: {backend: gpu0, upstream_model: deepseek-ai/DeepSeek-R1-Distill-Qwen-32B}
+  small: {backends: [gpu0]}
+aliases:
+  "claude-*": reasoning
+"""
+
+
+def test_good_config_and_defaults(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text(GOOD)
+    cfg = cfgmod.load(p)
+    assert cfg.backends["gpu0"].slots == 8
+    assert cfg.backends["gpu0"].queue.depth == 32 and cfg.backends["gpu0"].timeouts.total_s is None
+    assert cfg.models["small"].backend_names() == ["gpu0"]
+    assert cfgmod.resolve_alias(cfg, "claude-opus-4-8") == "reasoning"
+    assert cfgmod.resolve_alias(cfg, "reasoning") == "reasoning"
+    assert cfgmod.resolve_alias(cfg, "gpt-4") is None
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ({"backends": {"g": {"url": "http://h/v1", "bogus": 1}}}, "backends.g.bogus: unknown key"),
+        ({"backends": {"g": {"url": "http://h/v1", "slots": "8"}}}, "backends.g.slots: expected `int`, got `str`"),
+        ({"backends": {"g": {"url": "ftp://h"}}}, "backends.g.url: 'ftp://h' is not an http(s) URL"),
+        ({"backends": {"g": {"url": "http://h/v1"}}, "models": {"reasoning": {"backend": "gpu9"}}},
+         "models.reasoning.backend: no backend named 'gpu9'"),
+        ({"backends": {"g": {"url": "http://h/v1", "slots": 0}}}, "backends.g.slots: must be at least 1, got 0"),
+        ({"listen": {"port": "x"}}, "listen.port: expected `int`, got `str`"),
+        ({"whatever": 1}, "whatever: unknown key"),
+        ({"backends": {"g": {"url": "http://h/v1"}}, "models": {"m": {"backend": "g"}}, "aliases": {"c-*": "nope"}},
+         "aliases.c-*: no model named 'nope'"),
+    ],
+)
+def test_each_problem_names_its_key_path(raw, expected):
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(raw)
+    assert expected in ei.value.problems
+
+
+def test_all_problems_reported_at_once():
+    raw = {"listen": {"port": "x"}, "backends": {"a": {"url": "nope"}, "b": {"url": "http://h/v1", "slots": -1}},
+           "models": {"m": {"backend": "zz"}}}
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(raw)
+    assert len(ei.value.problems) == 4
+
+
+def test_check_cli(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    r = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(good)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "reasoning" in r.stdout and "gpu0" in r.stdout and "claude-*" in r.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("backends:\n  g: {url: 'http://h/v1', slots: two}\nmodels:\n  reasoning: {backend: gpu9}\n")
+    r = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert "models.reasoning.backend: no backend named 'gpu9'" in lines
+    assert any(line.startswith("backends.g.slots:") for line in lines)
+    bad.write_text("backends: [\n")
+    r = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "not valid YAML" in r.stderr
