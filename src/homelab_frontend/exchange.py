@@ -56,10 +56,8 @@ class Exchange:
         self.complete = False  # the upstream answer was read to its end
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
-        self._timed_out: str | None = None
         self._held_since: float | None = None
         self._watch: asyncio.Task | None = None
-        self._task = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
@@ -115,19 +113,7 @@ class Exchange:
             self.backend.pool.release(held)
 
     def own_cancel(self) -> GatewayError | None:
-        """After a CancelledError: the error to report if the gateway itself cancelled (timeout,
-        operator, shutdown), or None if the client went away (then re-raise)."""
-        reason = self._timed_out
-        if reason is None and self.t.cancel_reason is None:
-            return None
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        if reason is not None:
-            return GatewayError("timeout", reason)
-        if self.t.cancel_reason == "shutdown":
-            return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
-        return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
+        return self.t.own_cancel_error()
 
     # -- the watchdog -------------------------------------------------------------------------
 
@@ -153,9 +139,7 @@ class Exchange:
             elif stream and seen > 0 and now - last_change > to.idle_s:
                 reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
             if reason is not None:
-                self._timed_out = reason
-                if self._task is not None:
-                    self._task.cancel()
+                self.t.cancel("timeout", reason)
                 return
             if self.on_idle is not None and self.ping_interval and now - last_ping >= self.ping_interval:
                 last_ping = now

@@ -138,6 +138,8 @@ class Gateway:
                 if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
                     lens[str(m.get("id"))] = m["max_model_len"]
             state.model_lens = lens
+            if state.cfg.kind == "vllm":
+                await self._leak_check(state, client)
             if not state.up:
                 log.warning("backend %s is up again", name)
             state.up, state.last_error = True, None
@@ -145,6 +147,26 @@ class Gateway:
             if state.up:
                 log.warning("backend %s is down: %s", name, err.message)
             state.up, state.last_error = False, err.message
+
+    async def _leak_check(self, state: BackendState, client: UpstreamClient) -> None:
+        """Compare our slot count with vLLM's own count of running sequences. More running there
+        than we hold means generations nobody is waiting for (or another client of the backend);
+        it is reported on /admin/requests and /metrics, never acted on blindly."""
+        try:
+            text = await client.get_text("/metrics", timeout_s=2.0)
+        except GatewayError:
+            state.upstream_running = None
+            return
+        running = 0.0
+        found = False
+        for line in text.splitlines():
+            if line.startswith("vllm:num_requests_running"):
+                try:
+                    running += float(line.rsplit(" ", 1)[1])
+                    found = True
+                except ValueError:
+                    pass
+        state.upstream_running = int(running) if found else None
 
     async def _probe_loop(self, name: str) -> None:
         while name in self.backends:
@@ -183,7 +205,7 @@ def surface(dialect: str, fn: Handler):
         except GatewayError as err:
             return _error_response(t, err, render)
         except asyncio.CancelledError:
-            own = _own_cancel(t)
+            own = t.own_cancel_error()
             if own is None:
                 t.outcome = f"cancelled_{t.phase}"
                 t.status = 499
@@ -200,19 +222,6 @@ def surface(dialect: str, fn: Handler):
             gw.observe(t, request.path)
 
     return handler
-
-
-def _own_cancel(t: Tracked) -> GatewayError | None:
-    """A cancellation the gateway caused before the response started (the Exchange usually
-    converts these itself; this covers the moments outside it)."""
-    if t.cancel_reason is None:
-        return None
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-    if t.cancel_reason == "shutdown":
-        return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
-    return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
 
 
 def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:

@@ -8,6 +8,8 @@ import secrets
 import time
 from typing import Iterator
 
+from .errors import GatewayError
+
 # Phases, in order. A request that is cancelled records the phase it was in.
 QUEUED = "queued"  # waiting for a slot
 CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
@@ -24,7 +26,7 @@ class Tracked:
     __slots__ = (
         "id", "dialect", "model", "backend", "key_name", "phase", "stream",
         "started", "started_wall", "tokens_out", "task", "cancel_reason",
-        "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
+        "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -39,13 +41,36 @@ class Tracked:
         self.started_wall = time.time()
         self.tokens_out = 0
         self.task: asyncio.Task | None = asyncio.current_task()
-        self.cancel_reason: str | None = None  # "admin", "shutdown": why we cancelled it
+        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown": why we cancelled it
+        self.cancel_message = ""
         self.queue_wait: float | None = None  # seconds spent waiting for a slot
         self.upstream_headers: float | None = None  # seconds from admission to upstream headers
         self.ttft: float | None = None  # seconds from arrival to the first token written
         self.tokens_in: int | None = None
         self.status = 0
         self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
+
+    def cancel(self, reason: str, message: str = "") -> bool:
+        """Cancel the request's task on the gateway's own account (not the client's)."""
+        if self.task is None or self.task.done() or self.cancel_reason is not None:
+            return False
+        self.cancel_reason, self.cancel_message = reason, message
+        self.task.cancel()
+        return True
+
+    def own_cancel_error(self) -> "GatewayError | None":
+        """Inside `except CancelledError`: the error to report when the gateway itself cancelled
+        (and the cancellation is then taken back), or None when the client went away."""
+        if self.cancel_reason is None:
+            return None
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+        if self.cancel_reason == "timeout":
+            return GatewayError("timeout", self.cancel_message)
+        if self.cancel_reason == "shutdown":
+            return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+        return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
 
     def as_dict(self) -> dict:
         return {
@@ -83,8 +108,4 @@ class Tracker:
 
     def cancel(self, rid: str, reason: str) -> bool:
         t = self._live.get(rid)
-        if t is None or t.task is None or t.task.done():
-            return False
-        t.cancel_reason = reason
-        t.task.cancel()
-        return True
+        return t is not None and t.cancel(reason)

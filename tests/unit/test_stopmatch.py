@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +17,11 @@ from homelab_frontend.canonical import (
     Usage,
 )
 from homelab_frontend.stopmatch import StopMatcher
+
+
+def examples(n: int) -> int:
+    """Example count; HLF_HYPOTHESIS_SCALE=10 runs a deeper search locally."""
+    return int(n * float(os.environ.get("HLF_HYPOTHESIS_SCALE", "1")))
 
 
 def run(stops, events):
@@ -134,7 +141,7 @@ def expected(text, stops):
     return text[:pos], s
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(stop_lists, split_text())
 def test_property_any_split_cuts_at_the_first_occurrence(stops, split):
     text, pieces = split
@@ -154,7 +161,7 @@ def test_property_any_split_cuts_at_the_first_occurrence(stops, split):
     assert out[-2] == finishes[0]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(stop_lists, split_text())
 def test_property_hold_back_is_bounded_and_emission_is_prompt(stops, split):
     text, pieces = split
@@ -175,7 +182,7 @@ def test_property_hold_back_is_bounded_and_emission_is_prompt(stops, split):
             assert any(len(s) > len(m.held) and s.startswith(m.held) for s in stops)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     stop_lists,
     st.lists(

@@ -28,6 +28,8 @@ def snapshot(gw) -> dict:
             "up": b.up,
             "last_error": b.last_error,
             "upstream_running": b.upstream_running,
+            # the backend runs more than we hold: a leaked generation, or another client
+            "slot_mismatch": (b.upstream_running - b.pool.in_use) if b.upstream_running is not None else None,
         }
     return {
         "requests": [t.as_dict() for t in gw.tracker],

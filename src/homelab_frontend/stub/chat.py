@@ -46,9 +46,8 @@ class Generation:
     ctx: ResponseContext
     delay_ms: int
     directives: Directives
-    include_usage: bool
     sent_tokens: int = 0
-    aborted: bool = False
+    ended: bool = False
 
 
 async def _sleep_ms(ms: int) -> None:
@@ -66,18 +65,18 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
     seq = state.record(body, request.headers)
     if not authorized(request, config.api_key):
-        state.log.write(f"rejected seq={seq} status=401")
+        state.log.write(f"rejected status=401 seq={seq}")
         return json_response(flavour.unauthorized())
     prepared = _prepare(request, flavour, state, body, seq)
     if isinstance(prepared, Rejection):
-        state.log.write(f"rejected seq={seq} status={prepared.status}")
+        state.log.write(f"rejected status={prepared.status} seq={seq}")
         return json_response(prepared)
     gen = prepared
     model = gen.ctx.model
-    state.log.write(f"request id={gen.id} seq={seq} model={model} stream={'true' if gen.stream else 'false'}")
+    state.log.write(f"request id={gen.id} model={model} stream={'true' if gen.stream else 'false'} seq={seq}")
     if gen.directives.status is not None:
         code = gen.directives.status
-        state.log.write(f"rejected id={gen.id} seq={seq} status={code}")
+        state.log.write(f"rejected id={gen.id} status={code} seq={seq}")
         return json_response(flavour.error(code, f"stub error {code}"))
 
     state.stats.begin()
@@ -97,29 +96,44 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         state.stats.end()
 
 
+# Outcomes are logged *before* the last bytes go out, so a client that has read the whole
+# response always finds the line; `ended` keeps a late disconnect from logging a second outcome.
+
+
+def _note_completed(state: StubState, gen: Generation) -> None:
+    gen.ended = True
+    state.stats.completed += 1
+    state.log.write(f"completed id={gen.id} tokens={gen.sent_tokens} seq={gen.seq}")
+
+
+def _note_failed(state: StubState, gen: Generation) -> None:
+    gen.ended = True
+    state.stats.failed += 1
+    state.log.write(f"failed id={gen.id} after {gen.sent_tokens} tokens seq={gen.seq}")
+
+
 def _note_cancelled(state: StubState, gen: Generation) -> None:
-    if gen.aborted:
+    if gen.ended:
         return
+    gen.ended = True
     state.stats.cancelled += 1
-    state.log.write(f"cancelled id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+    state.log.write(f"cancelled id={gen.id} after {gen.sent_tokens} tokens seq={gen.seq}")
 
 
 def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any, seq: int) -> Generation | Rejection:
     config = state.config
     if not isinstance(body, dict):
         return flavour.error(400, "The request body must be a JSON object")
-    model = body.get("model")
-    if not model:
-        refusal = flavour.missing_model()
-        if refusal is not None:
-            return refusal
-        model = config.models[0]
-    if model not in config.models:
-        return flavour.model_not_found(str(model))
+    model = flavour.resolve_model(body.get("model"), config.models)
+    if isinstance(model, Rejection):
+        return model
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return flavour.error(400, "[] is too short - 'messages'")
 
+    refusal = flavour.check_request(body)
+    if refusal is not None:
+        return refusal
     directives = parse_directives(last_user_text(messages))
     prompt_tokens = count_prompt_tokens(messages)
     max_tokens = flavour.max_tokens(body)
@@ -169,14 +183,13 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         ctx=ctx,
         delay_ms=directives.delay_ms if directives.delay_ms is not None else config.token_delay_ms,
         directives=directives,
-        include_usage=include_usage,
     )
 
 
 def _abort(request: web.Request, state: StubState, gen: Generation) -> None:
-    gen.aborted = True
+    gen.ended = True
     state.stats.failed += 1
-    state.log.write(f"aborted id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+    state.log.write(f"aborted id={gen.id} after {gen.sent_tokens} tokens seq={gen.seq}")
     if request.transport is not None:
         request.transport.close()
 
@@ -194,25 +207,25 @@ async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen:
             _abort(request, state, gen)
             return resp
         if isinstance(event, Fail):
+            _note_failed(state, gen)
             await resp.write(_sse(flavour.stream_error(gen.ctx)))
             if flavour.done_after_error:
                 await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
-            state.stats.failed += 1
-            state.log.write(f"failed id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
             return resp
         assert isinstance(event, Step)
         if i == 0:
-            for chunk in flavour.stream_open(gen.ctx):
-                await resp.write(_sse(chunk))
+            for opening in flavour.stream_open(gen.ctx):
+                await resp.write(_sse(opening))
         gen.sent_tokens += event.tokens
-        await resp.write(_sse(flavour.stream_step(gen.ctx, event, gen.sent_tokens)))
-    if gen.include_usage:
+        chunk = flavour.stream_step(gen.ctx, event, gen.sent_tokens)
+        if chunk is not None:
+            await resp.write(_sse(chunk))
+    if gen.ctx.include_usage:
         await resp.write(_sse(flavour.stream_usage(gen.ctx, gen.sent_tokens)))
+    _note_completed(state, gen)
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
-    state.stats.completed += 1
-    state.log.write(f"completed id={gen.id} seq={gen.seq} tokens={gen.sent_tokens}")
     return resp
 
 
@@ -223,15 +236,10 @@ async def _respond(request: web.Request, flavour: Flavour, state: StubState, gen
             _abort(request, state, gen)
             return web.Response(status=499)
         if isinstance(event, Fail):
-            state.stats.failed += 1
-            state.log.write(f"failed id={gen.id} seq={gen.seq} after {gen.sent_tokens} tokens")
+            _note_failed(state, gen)
             return json_response(flavour.completion_error())
         assert isinstance(event, Step)
         gen.sent_tokens += event.tokens
-    resp = web.Response(status=200, body=_encode(flavour.completion(gen.ctx, gen.events)), content_type="application/json")
-    # Written here rather than by aiohttp so that "completed" means the bytes went out.
-    await resp.prepare(request)
-    await resp.write_eof()
-    state.stats.completed += 1
-    state.log.write(f"completed id={gen.id} seq={gen.seq} tokens={gen.sent_tokens}")
-    return resp
+    body = _encode(flavour.completion(gen.ctx, gen.events))
+    _note_completed(state, gen)
+    return web.Response(status=200, body=body, content_type="application/json")

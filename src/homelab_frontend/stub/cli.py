@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="served model id (repeatable); default depends on the flavour",
     )
-    parser.add_argument("--reasoning", action="store_true", help="emit reasoning first, like --reasoning-parser deepseek_r1")
+    parser.add_argument(
+        "--reasoning", action="store_true", help="emit reasoning first, like --reasoning-parser deepseek_r1"
+    )
     parser.add_argument(
         "--reasoning-field",
         choices=["reasoning", "reasoning_content", "both"],
@@ -69,7 +71,13 @@ async def serve(config: StubConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
-        asyncio.run(serve(config))
+        import uvloop
+    except ImportError:
+        runner = asyncio.run
+    else:
+        runner = uvloop.run
+    try:
+        runner(serve(config))
     except KeyboardInterrupt:
         pass
     return 0

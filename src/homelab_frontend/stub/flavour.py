@@ -72,11 +72,22 @@ class Flavour:
         """None: serve the default model (vLLM); else the refusal."""
         return None
 
+    def resolve_model(self, requested: Any, served: tuple[str, ...]) -> str | Rejection:
+        if not requested:
+            return self.missing_model() or served[0]
+        if requested not in served:
+            return self.model_not_found(str(requested))
+        return requested
+
     def max_tokens(self, body: dict) -> int | None:
         value = body.get("max_completion_tokens")
         if not isinstance(value, int) or isinstance(value, bool):
             value = body.get("max_tokens")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def check_request(self, body: dict) -> Rejection | None:
+        """Flavour-specific request validation beyond model and messages."""
+        return None
 
     def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> Rejection | None:
         return None
@@ -91,7 +102,8 @@ class Flavour:
     def stream_open(self, ctx: ResponseContext) -> list[dict]:
         return []
 
-    def stream_step(self, ctx: ResponseContext, step: Step, completion_tokens: int) -> dict:
+    def stream_step(self, ctx: ResponseContext, step: Step, completion_tokens: int) -> dict | None:
+        """The chunk for one step, or None when the flavour sends nothing for it."""
         raise NotImplementedError
 
     def stream_usage(self, ctx: ResponseContext, completion_tokens: int) -> dict:

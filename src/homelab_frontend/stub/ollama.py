@@ -53,7 +53,8 @@ class Ollama(Flavour):
         return json.dumps(arguments, separators=(",", ":"), sort_keys=True)
 
     def error(self, status: int, message: str, *, param: str | None = None) -> Rejection:
-        return Rejection(status, {"error": {"message": message, "type": _error_type(status), "param": None, "code": None}})
+        error = {"message": message, "type": _error_type(status), "param": None, "code": None}
+        return Rejection(status, {"error": error})
 
     def model_not_found(self, model: str) -> Rejection:
         return self.error(404, f"model {json.dumps(model)} not found, try pulling it first")

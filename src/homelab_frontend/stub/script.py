@@ -1,11 +1,30 @@
 """What the stub says: per-request directives, prompt counting, and the token plan.
 
 Tests drive the stub *through* the gateway, which forwards only the request body, so every
-per-request control lives in the text of the last user message as a bracketed directive:
+per-request control lives in the text of the last user message (string content, or all its
+text parts joined) as one bracketed directive, anywhere in the text:
 
     [stub reasoning=3 content=5 delay_ms=20 tool=Bash args={"command":"ls"} split=1]
 
-Everything here is pure and deterministic, so a test can predict every byte of generated text.
+Keys (integers unless noted; unknown keys are ignored):
+  reasoning=N     reasoning tokens (default 8 with --reasoning, else 0; vLLM only)
+  content=N       content tokens (default 12; 0 when a tool call is made)
+  delay_ms=N      delay before each token (overrides --token-delay-ms)
+  ttft_ms=N       extra wait before the first token, after the headers
+  headers_ms=N    wait before sending the response headers at all
+  fail_after=N    after N tokens drop the connection (no finish, no [DONE])
+  error_after=N   after N tokens send the flavour's in-band error (vLLM: error frame, [DONE])
+  status=CODE     answer at once with that HTTP status, message "stub error CODE"
+  tool=NAME       call that tool (only if the request offers it and tool_choice is not "none")
+  args=JSON       the call's arguments, JSON without spaces (default {} / agent arguments)
+  text=WORD       content tokens repeat "WORD " instead of the default sentence
+  split=1         last content + first tool delta share a chunk; finish rides on the last one
+  agent           scripted agent for this request (as --agent)
+  stop_token=ID   vLLM: report stop_reason=ID on a natural stop (as stop_token_ids does)
+
+Without a directive: the prompt "long" gives 400 content tokens; a prompt containing
+"count to [N]" gives "1," " 2," " 3," ... (N of them); anything else cycles DEFAULT_TEXT one
+word (plus its trailing space) per token. Everything is deterministic.
 """
 
 from __future__ import annotations

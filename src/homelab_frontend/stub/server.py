@@ -10,7 +10,7 @@ import msgspec
 from aiohttp import web
 
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
-from .flavour import Flavour, embedding_vector
+from .flavour import Flavour, Rejection, embedding_vector
 from .ollama import Ollama
 from .script import count_text_tokens, prompt_token_ids, text_token_ids
 from .state import EventLog, StubConfig, StubState
@@ -51,23 +51,14 @@ async def _models(request: web.Request) -> web.Response:
     return _json(request.app[FLAVOUR].models_list(list(config.models), config.max_model_len, int(time.time())))
 
 
-def _resolve_model(flavour: Flavour, config: StubConfig, body: dict) -> str | web.Response:
-    model = body.get("model") or (None if flavour.missing_model() else config.models[0])
-    if model is None:
-        return json_response(flavour.missing_model())
-    if model not in config.models:
-        return json_response(flavour.model_not_found(str(model)))
-    return model
-
-
 async def _embeddings(request: web.Request) -> web.Response:
     flavour, config = request.app[FLAVOUR], request.app[STATE].config
     body = await _read_json(request)
     if not isinstance(body, dict):
         return json_response(flavour.error(400, "The request body must be a JSON object"))
-    model = _resolve_model(flavour, config, body)
-    if isinstance(model, web.Response):
-        return model
+    model = flavour.resolve_model(body.get("model"), config.models)
+    if isinstance(model, Rejection):
+        return json_response(model)
     raw = body.get("input")
     inputs = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else None
     if not inputs:
@@ -83,9 +74,9 @@ async def _tokenize(request: web.Request) -> web.Response:
     body = await _read_json(request)
     if not isinstance(body, dict):
         return json_response(flavour.error(400, "The request body must be a JSON object"))
-    model = _resolve_model(flavour, config, body)
-    if isinstance(model, web.Response):
-        return model
+    model = flavour.resolve_model(body.get("model"), config.models)
+    if isinstance(model, Rejection):
+        return json_response(model)
     if isinstance(body.get("messages"), list):
         ids = prompt_token_ids(body["messages"])
     else:
@@ -170,7 +161,7 @@ class StubServer:
     that goes away cancels its generation at once.
     """
 
-    def __init__(self, config: StubConfig, *, shutdown_timeout: float = 1.0) -> None:
+    def __init__(self, config: StubConfig, *, shutdown_timeout: float = 0.25) -> None:
         self.config = config
         self.url = ""
         self._shutdown_timeout = shutdown_timeout

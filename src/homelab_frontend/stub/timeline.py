@@ -206,7 +206,8 @@ def _merge(events: list[Event]) -> list[Event]:
         if isinstance(event, Step) and isinstance(prev, Step):
             first_tool = any(d.name for d in event.tool_calls) and not prev.tool_calls
             if first_tool and prev.content and prev.finish is None:
-                out[-1] = replace(event, content=prev.content, tokens=prev.tokens + event.tokens)
+                content = prev.content + (event.content or "")
+                out[-1] = replace(event, content=content, tokens=prev.tokens + event.tokens)
                 continue
             bare = not event.reasoning and not event.tool_calls and not event.tokens
             if event.finish is not None and bare and prev.finish is None:

@@ -66,6 +66,12 @@ class Vllm(Flavour):
     def model_not_found(self, model: str) -> Rejection:
         return self.error(404, f"The model `{model}` does not exist.")
 
+    def check_request(self, body: dict) -> Rejection | None:
+        # pydantic validator on ChatCompletionRequest; bites gateways that always send it.
+        if body.get("stream_options") and not body.get("stream"):
+            return self.error(400, "Stream options can only be defined when `stream=True`.", param="stream_options")
+        return None
+
     def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> Rejection | None:
         if prompt_tokens > max_model_len or (max_tokens is None and prompt_tokens >= max_model_len):
             return self.error(
@@ -171,8 +177,11 @@ class Vllm(Flavour):
             return out
         return {"index": d.index, "function": {"arguments": d.arguments or ""}}
 
-    def stream_step(self, ctx: ResponseContext, step: Step, completion_tokens: int) -> dict:
-        choice: dict[str, Any] = {"index": 0, "delta": self._delta(ctx, step), "logprobs": None}
+    def stream_step(self, ctx: ResponseContext, step: Step, completion_tokens: int) -> dict | None:
+        delta = self._delta(ctx, step)
+        if not delta and step.finish is None:
+            return None  # hidden reasoning (include_reasoning=false): vLLM sends nothing
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
         choice["finish_reason"] = step.finish
         if step.finish is not None:
             choice["stop_reason"] = step.stop_reason
@@ -205,9 +214,8 @@ class Vllm(Flavour):
         }
         if agg.tool_name is not None:
             tool_id = ctx.tool_ids.setdefault(0, self.tool_call_id())
-            message["tool_calls"] = [
-                {"id": tool_id, "type": "function", "function": {"name": agg.tool_name, "arguments": agg.tool_arguments}}
-            ]
+            function = {"name": agg.tool_name, "arguments": agg.tool_arguments}
+            message["tool_calls"] = [{"id": tool_id, "type": "function", "function": function}]
         for name in ctx.reasoning_fields:
             message[name] = agg.reasoning if agg.saw_reasoning and ctx.include_reasoning else None
         usage = _usage(ctx.prompt_tokens, agg.tokens)

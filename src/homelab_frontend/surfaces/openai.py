@@ -10,6 +10,7 @@ not ask for it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -140,6 +141,14 @@ async def _relay(upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_
                 break
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         failure = "the backend closed the connection mid-stream"
+    except asyncio.CancelledError:
+        own = ex.own_cancel()
+        if own is None:
+            raise  # the client went away
+        t.outcome = f"error_{own.kind}"
+        await out.write(error_chunk(own.message, "timeout_error" if own.kind == "timeout" else "api_error"))
+        await out.write_eof()
+        return
     if failure is None and not done:
         failure = "the backend ended the stream without finishing it"
     if failure is not None:

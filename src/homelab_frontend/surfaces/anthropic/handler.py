@@ -90,11 +90,11 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
             await out.prepare(request)
             await out.write_eof()
             return out
+        ex.ping_interval = gw.cfg.anthropic.ping_interval_s  # before open: the watchdog's tick
         upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not gateway_stops)
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
         enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer)
-        ex.ping_interval = gw.cfg.anthropic.ping_interval_s
         ex.on_idle = lambda: out.write(enc.ping())
         try:
             await _relay(upstream, ex, t, enc, out, matcher)

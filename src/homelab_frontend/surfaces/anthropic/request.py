@@ -55,7 +55,8 @@ Tools
     (kept) tools. `disable_parallel_tool_use: true` -> parallel_tool_calls False; false or absent ->
     None (the upstream default; never invented).
 Sampling and limits
-    `model` non-empty string; `max_tokens` integer >= 1; `messages` non-empty list; `stream` bool.
+    `model` non-empty string; `max_tokens` integer >= 1; `messages` a list holding at least one
+    user or assistant message; `stream` bool.
     `temperature` >= 0, `top_p` in [0, 1], `top_k` >= 0, only when sent (null counts as not sent).
     `stop_sequences` -> stop (each a non-empty string). `metadata.user_id` -> user.
 Reasoning
@@ -326,7 +327,10 @@ class _Translator:
         system = self._system_text(w.system)
         if system:
             messages.append(c.Message(role="system", parts=[c.TextPart(system)]))
-        messages.extend(self._messages(w.messages))
+        conversation = self._messages(w.messages)
+        if all(m.role == "system" for m in conversation):
+            raise _invalid("messages", "must contain at least one user or assistant message")
+        messages.extend(conversation)
 
         tools = self._tools(w.tools)
         tool_choice, parallel = self._tool_choice(w.tool_choice, tools)

@@ -307,17 +307,19 @@ def _check_message_delta(n: int, obj: dict) -> None:
 def assemble(events: list[dict]) -> dict:
     """Fold checked events into the message a client ends up with.
 
-    A tool_use block gets `input` parsed from its concatenated partial_json (left {} if that is
-    not valid JSON) and the raw text under the extra key `input_json`.
+    A tool_use block gets the concatenated partial_json under the extra key `input_json` and, once
+    closed, `input` parsed from it (left {} if that is not valid JSON).
     """
     msg: dict = {}
-    bufs: dict[int, str] = {}
     for ev in events:
         t = ev["type"]
         if t == "message_start":
             msg = json.loads(json.dumps(ev["message"]))
         elif t == "content_block_start":
-            msg["content"].append(dict(ev["content_block"]))
+            block = dict(ev["content_block"])
+            if block["type"] == "tool_use":
+                block["input_json"] = ""
+            msg["content"].append(block)
         elif t == "content_block_delta":
             block, d = msg["content"][ev["index"]], ev["delta"]
             if d["type"] == "text_delta":
@@ -327,11 +329,11 @@ def assemble(events: list[dict]) -> dict:
             elif d["type"] == "signature_delta":
                 block["signature"] = d["signature"]
             else:
-                bufs[ev["index"]] = bufs.get(ev["index"], "") + d["partial_json"]
+                block["input_json"] += d["partial_json"]
         elif t == "content_block_stop":
             block = msg["content"][ev["index"]]
             if block["type"] == "tool_use":
-                raw = block["input_json"] = bufs.get(ev["index"], "")
+                raw = block["input_json"]
                 if raw:
                     try:
                         block["input"] = json.loads(raw)

@@ -76,7 +76,8 @@ Choices (and why)
   (`^[A-Za-z0-9_-]{1,128}$`: vLLM's `chatcmpl-tool-...`, Ollama's `call_...` are), because the
   upstream model's chat template may check the ids it generated when the history comes back
   (Mistral templates require their own 9-char ids); clients only echo ids back. Otherwise (none,
-  or invalid characters) a fresh `toolu_<24 hex>` is generated.
+  invalid characters, or an id already used in this message: tool_result pairing needs unique
+  ids) a fresh `toolu_<24 hex>` is generated.
 * input_tokens (Anthropic meaning: uncached prompt tokens) = prompt_tokens - cached tokens when the
   upstream reported cached tokens, else prompt_tokens. `cache_read_input_tokens` is sent only
   when the upstream reported a cached count; `cache_creation_input_tokens` never (we would have to
@@ -254,7 +255,7 @@ def _new_tool_id() -> str:
 # The state machine
 # ---------------------------------------------------------------------------------------------
 
-# States
+# States (compared by identity: `state` only ever holds these objects)
 IDLE = "IDLE"
 MESSAGE = "MESSAGE"
 THINKING = "THINKING"
@@ -295,7 +296,17 @@ _BLOCK_FOR = {ReasoningDelta: THINKING, TextDelta: TEXT, ToolCallStart: TOOL, To
 
 
 class AnthropicStreamEncoder:
-    """Encodes one answer as Anthropic SSE. See the module docstring for the grammar and choices."""
+    """Encodes one answer as Anthropic SSE. See the module docstring for the grammar and choices.
+
+    Constructor: `message_id` (`msg_...`), `model` (the name the client sent, echoed),
+    `signer` (thinking signatures), `input_tokens` (optional prompt-token estimate for
+    message_start when no Usage event precedes the first content), `new_tool_id` (optional
+    factory for generated tool ids, for tests).
+    Readable state: `state`, `started`, `ended`, `failed`, `stop_reason` / `stop_sequence`
+    (Anthropic values; None until a Finish or finish()), `prompt_tokens` / `output_tokens` /
+    `cached_input_tokens` (as reported upstream, None if never), `input_tokens` (Anthropic
+    meaning), `block_count`, `dropped_tool_args`.
+    """
 
     __slots__ = (
         "message_id",
@@ -317,6 +328,7 @@ class AnthropicStreamEncoder:
         "_tool_index",
         "_tool_has_args",
         "_held_ws",
+        "_tool_ids",
     )
 
     def __init__(
@@ -347,6 +359,7 @@ class AnthropicStreamEncoder:
         self._tool_index = -1  # canonical index of the open tool call
         self._tool_has_args = False
         self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
+        self._tool_ids: set[str] = set()  # ids used in this message (they must be unique)
 
     # -- public state ------------------------------------------------------------------------
 
@@ -472,7 +485,8 @@ class AnthropicStreamEncoder:
         else:
             input_tokens = self.input_tokens
         usage = _StartUsage(input_tokens, self.output_tokens or 0, cached)
-        return _MESSAGE_START + _encode(_MessageStart(_Message(id=self.message_id, model=self.model, usage=usage))) + _END
+        message = _Message(id=self.message_id, model=self.model, usage=usage)
+        return _MESSAGE_START + _encode(_MessageStart(message)) + _END
 
     def _delta(self, payload: str) -> bytes:
         state = self.state
@@ -494,7 +508,10 @@ class AnthropicStreamEncoder:
             cb = _THINKING_BLOCK
             self._mac = self._signer.begin()
         else:
-            tool_id = event.id if event.id and _VALID_TOOL_ID(event.id) else self._new_tool_id()
+            tool_id = event.id
+            if not (tool_id and _VALID_TOOL_ID(tool_id)) or tool_id in self._tool_ids:
+                tool_id = self._new_tool_id()
+            self._tool_ids.add(tool_id)
             cb = _ToolUseBlock(tool_id, event.name)
             self._tool_index = event.index
             self._tool_has_args = False
