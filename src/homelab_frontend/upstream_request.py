@@ -29,7 +29,9 @@ def _content(parts: list[c.Part]) -> str | list[dict]:
 
 def _message(m: c.Message) -> dict:
     if m.role == "tool":
-        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": _content(m.parts)}
+        # OpenAI tool messages carry text only; an image a tool returned is named, not dropped
+        text = "".join(p.text if isinstance(p, c.TextPart) else "[image]" for p in m.parts)
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text}
     msg: dict = {"role": m.role, "content": _content(m.parts)}
     if m.role == "assistant":
         if m.tool_calls:

@@ -33,6 +33,7 @@ class ThinkingSigner:
         return self.finish(mac)
 
     def verify(self, text: str, signature: str | None) -> bool:
-        if not signature:
+        if not signature or not isinstance(signature, str):
             return False
-        return hmac.compare_digest(self.sign(text), signature)
+        # compare bytes: compare_digest refuses non-ASCII str, and signatures are client input
+        return hmac.compare_digest(self.sign(text).encode(), signature.encode("utf-8", "replace"))
