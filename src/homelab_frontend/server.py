@@ -211,7 +211,12 @@ def surface(dialect: str, fn: Handler):
                 t.status = 499
                 raise
             return _error_response(t, own, render)
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, ConnectionResetError) and openai_surface.client_gone(request):
+                # A write to a client that already left, a moment before aiohttp cancels us.
+                t.outcome = f"cancelled_{t.phase}"
+                t.status = 499
+                raise asyncio.CancelledError() from None
             log.error("request %s failed:\n%s", t.id, traceback.format_exc())
             err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
             return _error_response(t, err, render)

@@ -58,6 +58,11 @@ _encode = msgspec.json.encode
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
+def client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def error_chunk(message: str, kind: str = "api_error") -> bytes:
     return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
 
@@ -95,11 +100,11 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
             return out
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
-        await _relay(upstream, out, ex, t, rewrite, client_wants_usage)
+        await _relay(request, upstream, out, ex, t, rewrite, client_wants_usage)
         return out
 
 
-async def _relay(upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:
+async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:
     done = False
     failure: str | None = None
     first = True
@@ -140,6 +145,8 @@ async def _relay(upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_
             if failure:
                 break
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        if client_gone(request):
+            raise  # our own write failed: the client left (the wrapper counts it as a cancel)
         failure = "the backend closed the connection mid-stream"
     except asyncio.CancelledError:
         own = ex.own_cancel()
