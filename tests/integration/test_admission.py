@@ -154,3 +154,14 @@ def test_admin_cancel(slow_stub):
         wait_for(lambda: slow_stub.stats()["in_flight"] == 0, 1)
         assert slow_stub.stats()["cancelled"] == 1
         assert gw.post("/admin/requests/req_nope/cancel")[0] == 404
+
+
+def test_model_on_several_backends_goes_to_the_most_free_slots():
+    with start_stub("vllm", "--model", "m") as a, start_stub("ollama", "--model", "m") as b:
+        cfg = config_for({"a": {"url": a.base, "slots": 3}, "b": {"url": b.base, "slots": 1, "kind": "ollama"}},
+                         {"m": {"backends": ["a", "b"]}})
+        with Gateway(cfg) as gw:
+            with ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(lambda _: _openai(gw, "[stub content=40 delay_ms=20]"), range(4)))
+            assert all(status == 200 for status, _, _ in results)
+            assert a.stats()["max_in_flight"] == 3 and b.stats()["max_in_flight"] == 1
