@@ -50,6 +50,7 @@ class Exchange:
         self.route = route
         self.clients = clients
         self.principal = principal
+        tracked.key_name = principal.name or None  # the key's name, shown while it runs
         self.backend: BackendState | None = None
         self.resp: aiohttp.ClientResponse | None = None
         self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
