@@ -5,10 +5,12 @@ Cancellation is structural. The request's handler task owns the Exchange; whatev
 cancel; shutdown), `__aexit__` closes the upstream connection (the upstream aborts its generation
 when its socket closes) and returns the slot. Nothing waits for a next chunk to notice.
 
-Timeouts and keep-alive pings are watched by one small task per request that looks at a progress
-counter a few times a second, so the per-chunk cost of all of it is one integer increment. When a
-deadline passes it cancels the handler task with a reason; the surface turns that reason into an
-error in its dialect (`own_cancel`), while a cancellation with no reason is the client leaving.
+Timeouts and keep-alive pings are watched by a timer per request that looks at a progress counter
+a few times a second, so the per-chunk cost of all of it is one integer increment. When a deadline
+passes it cancels the handler task with a reason; the surface turns that reason into an error in
+its dialect (`own_cancel`), while a cancellation with no reason is the client leaving. The timer is
+a plain `call_later` handle, not a task: a task per request (created, woken, cancelled) cost more
+than everything else the exchange does, and a task is started only to write a ping.
 """
 
 from __future__ import annotations
@@ -53,12 +55,13 @@ class Exchange:
         tracked.key_name = principal.name or None  # the key's name, shown while it runs
         self.backend: BackendState | None = None
         self.resp: aiohttp.ClientResponse | None = None
+        self.client: UpstreamClient | None = None  # the backend's client, once open
         self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
         self.complete = False  # the upstream answer was read to its end
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
-        self._watch: asyncio.Task | None = None
+        self._watch: _Watchdog | None = None
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
@@ -68,7 +71,13 @@ class Exchange:
         backend = self.backend = self.route.choose()
         self.t.backend = backend.name
         t0 = time.monotonic()
-        await backend.pool.acquire(self.principal.name, self.principal.priority)
+        try:
+            await backend.pool.acquire(self.principal.name, self.principal.priority)
+        except GatewayError:
+            # refused (queue full, or no slot within the queue's timeout): how long it waited is
+            # still what the client wants to know (Server-Timing), and the operator (access log)
+            self.t.queue_wait = time.monotonic() - t0
+            raise
         self._held_since = now = time.monotonic()
         self.t.queue_wait = now - t0
         return backend
@@ -77,8 +86,8 @@ class Exchange:
         assert self.backend is not None
         self.t.phase = CONNECTING
         if self._watch is None:
-            self._watch = self._loop.create_task(self._watchdog(stream))
-        client = self.clients[self.backend.name]
+            self._watch = _Watchdog(self, stream)
+        client = self.client = self.clients[self.backend.name]
         t0 = time.monotonic()
         self.resp = await client.post(path, body)
         self.t.upstream_headers = time.monotonic() - t0
@@ -116,35 +125,60 @@ class Exchange:
     def own_cancel(self) -> GatewayError | None:
         return self.t.own_cancel_error()
 
-    # -- the watchdog -------------------------------------------------------------------------
 
-    async def _watchdog(self, stream: bool) -> None:
-        assert self.backend is not None
-        to = self.backend.cfg.timeouts
-        loop = self._loop
-        start = loop.time()
-        total = to.total_s if to.total_s is not None else (None if stream else to.nonstream_s)
-        limits = [x for x in (to.first_token_s, to.idle_s, total, self.ping_interval) if x]
-        tick = min(1.0, max(0.02, min(limits) / 4))
-        seen, last_change, last_ping = 0, start, start
-        while True:
-            await asyncio.sleep(tick)
-            now = loop.time()
-            if self.progress != seen:
-                seen, last_change, last_ping = self.progress, now, now
-            reason = None
-            if total is not None and now - start > total:
-                reason = f"the backend did not finish within {total:g} s"
-            elif stream and seen == 0 and now - start > to.first_token_s:
-                reason = f"no first token from the backend within {to.first_token_s:g} s"
-            elif stream and seen > 0 and now - last_change > to.idle_s:
-                reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
-            if reason is not None:
-                self.t.cancel("timeout", reason)
-                return
-            if self.on_idle is not None and self.ping_interval and now - last_ping >= self.ping_interval:
-                last_ping = now
-                try:
-                    await self.on_idle()
-                except (ConnectionError, RuntimeError, aiohttp.ClientError):
-                    pass  # the client is gone; the handler's own cancellation handles that
+class _Watchdog:
+    """Timeouts and pings for one exchange: a timer that re-arms itself every `tick`."""
+
+    __slots__ = ("ex", "stream", "to", "total", "tick", "start", "seen", "last_change", "last_ping",
+                 "handle", "pinging")
+
+    def __init__(self, ex: Exchange, stream: bool) -> None:
+        assert ex.backend is not None
+        to = self.to = ex.backend.cfg.timeouts
+        self.ex = ex
+        self.stream = stream
+        self.total = to.total_s if to.total_s is not None else (None if stream else to.nonstream_s)
+        limits = [x for x in (to.first_token_s, to.idle_s, self.total, ex.ping_interval) if x]
+        self.tick = min(1.0, max(0.02, min(limits) / 4))
+        self.start = self.last_change = self.last_ping = ex._loop.time()
+        self.seen = 0
+        self.pinging: asyncio.Task | None = None
+        self.handle: asyncio.TimerHandle | None = ex._loop.call_later(self.tick, self._check)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if self.pinging is not None:
+            self.pinging.cancel()
+            self.pinging = None
+
+    def _check(self) -> None:
+        ex, to, stream = self.ex, self.to, self.stream
+        loop = ex._loop
+        now = loop.time()
+        if ex.progress != self.seen:
+            self.seen, self.last_change, self.last_ping = ex.progress, now, now
+        reason = None
+        if self.total is not None and now - self.start > self.total:
+            reason = f"the backend did not finish within {self.total:g} s"
+        elif stream and self.seen == 0 and now - self.start > to.first_token_s:
+            reason = f"no first token from the backend within {to.first_token_s:g} s"
+        elif stream and self.seen > 0 and now - self.last_change > to.idle_s:
+            reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
+        if reason is not None:
+            self.handle = None
+            ex.t.cancel("timeout", reason)
+            return
+        if (ex.on_idle is not None and ex.ping_interval and now - self.last_ping >= ex.ping_interval
+                and (self.pinging is None or self.pinging.done())):
+            self.last_ping = now
+            self.pinging = loop.create_task(self._ping(ex.on_idle))
+        self.handle = loop.call_later(self.tick, self._check)
+
+    @staticmethod
+    async def _ping(on_idle: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await on_idle()
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            pass  # the client is gone; the handler's own cancellation handles that

@@ -41,7 +41,7 @@ class Tracked:
         self.started_wall = time.time()
         self.tokens_out = 0
         self.task: asyncio.Task | None = asyncio.current_task()
-        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown": why we cancelled it
+        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost": why we cancelled it
         self.cancel_message = ""
         self.queue_wait: float | None = None  # seconds spent waiting for a slot
         self.upstream_headers: float | None = None  # seconds from admission to upstream headers
@@ -70,6 +70,8 @@ class Tracked:
             return GatewayError("timeout", self.cancel_message)
         if self.cancel_reason == "shutdown":
             return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+        if self.cancel_reason == "slot_lost":  # slots_redis: the shared slot could not be vouched for
+            return GatewayError("overloaded", self.cancel_message, status=503, retry_after=2)
         return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
 
     def as_dict(self) -> dict:

@@ -20,7 +20,13 @@ from .errors import GatewayError
 
 _MAX_ERROR_BODY = 64 * 1024
 _TRACE = re.compile(r"Traceback \(most recent call last\)|\n\s+File \"")
-_ADDR = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|https?://[^\s'\"]+")
+_ADDR = re.compile(
+    r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+"  # any URL: http://10.0.0.5:8000/v1, redis://...
+    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"  # IPv4, with or without a port
+    r"|\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d+)?"  # [IPv6]:port
+    r"|\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{2,5}\b",  # host.name:port
+    re.IGNORECASE,
+)
 
 
 def clean_message(text: str, limit: int = 1000) -> str:
@@ -83,14 +89,25 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
 
+    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """A whole (non-streaming) answer; a connection that breaks before its end is the
+        backend's failure, reported as such rather than as a gateway error."""
+        try:
+            return await resp.read()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+            raise GatewayError(
+                "upstream_error", f"backend {self.name!r} closed the connection before its answer was complete"
+            ) from None
+
     def _unreachable(self, err: BaseException) -> GatewayError:
+        if isinstance(err, aiohttp.ServerDisconnectedError):
+            # it accepted the connection: reachable, but it hung up before answering
+            return GatewayError("upstream_error", f"backend {self.name!r} closed the connection before answering")
         reason = "connection refused"
         if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.errno:
             reason = os.strerror(err.os_error.errno).lower()  # strerror text can hold the address
         elif isinstance(err, (TimeoutError, aiohttp.ServerTimeoutError)):
             reason = f"no connection within {self.cfg.timeouts.connect_s:g} s"
-        elif isinstance(err, aiohttp.ServerDisconnectedError):
-            reason = "it closed the connection"
         elif not isinstance(err, aiohttp.ClientConnectorError):
             reason = type(err).__name__
         return GatewayError("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})")

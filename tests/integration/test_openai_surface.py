@@ -159,3 +159,16 @@ def test_access_log_line_per_request(client, gateway, stubs):
     rec = line[-1]
     assert rec["model"] == "reasoning" and rec["backend"] == "gpu0" and rec["status"] == 200 and rec["outcome"] == "ok"
     assert not ({"content", "messages", "prompt"} & set(rec))  # never message text
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/chat/completions", {"model": "reasoning", "messages": [{"role": "user", "content": "[stub content=20 fail_after=3]"}]}),
+    ("/messages", {"model": "reasoning", "max_tokens": 64, "messages": [{"role": "user", "content": "[stub content=20 fail_after=3]"}]}),
+])
+def test_non_streaming_upstream_that_hangs_up_is_a_502_not_a_500(gateway, stubs, path, body):
+    status, _, raw = post_raw(gateway.base + path, body)
+    assert status == 502, raw
+    doc = json.loads(raw)
+    message = doc["error"]["message"]
+    assert "gpu0" in message and "unreachable" not in message and "Traceback" not in message
+    wait_for(lambda: gateway.admin()["backends"]["gpu0"]["in_use"] == 0, 2)

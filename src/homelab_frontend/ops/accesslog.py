@@ -45,3 +45,7 @@ class AccessLog:
             self._stream.flush()
         except (OSError, ValueError):
             logging.getLogger("homelab_frontend").warning("access log write failed")
+
+    def close(self) -> None:
+        if self._stream is not sys.stderr:
+            self._stream.close()

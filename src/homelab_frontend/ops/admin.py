@@ -31,6 +31,9 @@ def snapshot(gw) -> dict:
             # the backend runs more than we hold: a leaked generation, or another client
             "slot_mismatch": (b.upstream_running - b.pool.in_use) if b.upstream_running is not None else None,
         }
+        if hasattr(b.pool, "holders"):  # shared through Redis: in_use counts every replica
+            backends[name]["held_here"] = b.pool.held
+            backends[name]["replicas"] = {r: n for r, n in sorted(b.pool.holders.items()) if n}
     return {
         "requests": [t.as_dict() for t in gw.tracker],
         "backends": backends,
@@ -41,7 +44,12 @@ async def list_requests(request: web.Request) -> web.Response:
     gw = _gw(request)
     if not gw.auth.is_admin(request):
         return _forbidden()
-    return web.json_response(snapshot(gw))
+    if getattr(gw, "cluster", None) is None:
+        return web.json_response(snapshot(gw))
+    from . import cluster
+
+    shared = await cluster.view(gw)  # first: it refreshes the pools' cluster-wide counts
+    return web.json_response({**snapshot(gw), "cluster": shared})
 
 
 async def cancel_request(request: web.Request) -> web.Response:

@@ -20,8 +20,9 @@ from aiohttp import web
 from ..chat import open_chat
 from ..errors import GatewayError
 from ..exchange import Exchange
+from ..limits import check_json
 from ..tracker import Tracked
-from ..upstream import sse_payloads
+from ..upstream import clean_message, sse_payloads
 from .openai_request import parse_request
 
 
@@ -50,6 +51,7 @@ class _ChunkInfo(msgspec.Struct):
 
 class _CompletionInfo(msgspec.Struct):
     usage: _Usage | None = None
+    error: object = None
 
 
 _chunk_info = msgspec.json.Decoder(_ChunkInfo)
@@ -77,6 +79,7 @@ def model_rewriter(upstream_model: str, client_model: str):
 
 async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
+    check_json(body, gw.cfg.limits)
     req, client_wants_usage = parse_request(body)
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
@@ -86,7 +89,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
         upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=False)
         rewrite = model_rewriter(route.upstream_model, route.client_model)
         if not req.stream:
-            raw = await upstream.read()
+            raw = await ex.client.read_all(upstream)
             ex.complete = True
             try:
                 info = _completion_info.decode(raw)
@@ -94,6 +97,10 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
                     t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
             except msgspec.DecodeError:
                 raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
+            if info.error is not None:  # an error in a 200 body: not relayed as it is
+                err = info.error
+                msg = err.get("message") if isinstance(err, dict) else err
+                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(msg))}")
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
             await out.prepare(request)
             await out.write_eof()
@@ -124,7 +131,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                 if info.error is not None:
                     err = info.error
                     msg = err.get("message") if isinstance(err, dict) else str(err)
-                    failure = f"the backend failed mid-stream: {msg}"
+                    failure = f"the backend failed mid-stream: {clean_message(str(msg))}"
                     break
                 if info.usage is not None:
                     t.tokens_in = info.usage.prompt_tokens
@@ -139,6 +146,11 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                         if first:
                             first = False
                             ex.first_token()
+                            # the first token goes out at once, not after the rest of its batch
+                            frames.append(b"data: " + rewrite(payload) + b"\n\n")
+                            await out.write(b"".join(frames))
+                            frames = []
+                            continue
                 frames.append(b"data: " + rewrite(payload) + b"\n\n")
             if frames:
                 await out.write(b"".join(frames))
@@ -175,6 +187,8 @@ async def models(request: web.Request, gw, t: Tracked) -> web.Response:
     for name in gw.router.model_names():
         entry = {"id": name, "object": "model", "created": now, "owned_by": "homelab-frontend"}
         route = gw.router.resolve(name)
+        if not gw.auth.may_use(request, route):
+            continue  # a key sees only the models it may use
         lens = [route.context_length(b) for b in route.backends]
         known = [n for n in lens if n]
         if known:
@@ -190,6 +204,7 @@ async def models(request: web.Request, gw, t: Tracked) -> web.Response:
 
 async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
+    check_json(body, gw.cfg.limits, counted=())
     try:
         raw = msgspec.json.decode(body)
     except msgspec.DecodeError as err:
@@ -209,7 +224,7 @@ async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
         upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
-        result = await upstream.read()
+        result = await ex.client.read_all(upstream)
         ex.complete = True
         rewrite = model_rewriter(route.upstream_model, route.client_model)
         out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))

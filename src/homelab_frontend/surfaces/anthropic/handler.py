@@ -21,9 +21,10 @@ from ... import canonical as c
 from ...chat import open_chat
 from ...errors import GatewayError
 from ...exchange import Exchange
+from ...limits import check_json
 from ...stopmatch import StopMatcher
 from ...tracker import Tracked
-from ...upstream import sse_payloads
+from ...upstream import clean_message, sse_payloads
 from ...upstream_decode import ChunkDecoder, decode_completion
 from ...upstream_request import build_body
 from .request import parse_request
@@ -44,15 +45,23 @@ async def _stream_events(
     """Batches of canonical events from an upstream SSE body, as they arrive. Ends normally only
     when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired."""
     decoder = ChunkDecoder()
+    first = True
     try:
         async for batch in sse_payloads(upstream.content):
             ex.progress += 1
             events: list[c.Event] = []
             for payload in batch:
                 got = decoder.feed(payload)
+                if got and type(got[-1]) is c.UpstreamError:  # the decoder puts an error last
+                    got[-1] = _cleaned(got[-1])
                 if matcher is not None:
                     got = [e2 for e in got for e2 in matcher.feed(e)]
                 events.extend(got)
+                if first and any(isinstance(e, _CONTENT) for e in got):
+                    # the first token goes out at once, not after the rest of its batch
+                    first = False
+                    yield events
+                    events = []
             if events:
                 yield events
             if matcher is not None and matcher.matched is not None:
@@ -65,6 +74,13 @@ async def _stream_events(
     raise _Midstream("the backend ended the stream without finishing it")
 
 
+def _cleaned(ev: c.Event) -> c.Event:
+    """An upstream's mid-stream error text reaches the client without tracebacks or addresses."""
+    if isinstance(ev, c.UpstreamError):
+        return msgspec.structs.replace(ev, message=clean_message(ev.message))
+    return ev
+
+
 def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
     """Upstreams that do not say which stop string fired (Ollama, llama.cpp) get no `stop`; the
     gateway matches the strings itself on the stream and stops the generation when one fires."""
@@ -74,6 +90,7 @@ def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
 
 async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
+    check_json(body, gw.cfg.limits)
     req = parse_request(body, signer=gw.signer)
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
@@ -141,12 +158,12 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
     asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer)
     if matcher is None:
         upstream = await open_chat(ex, req, stream=False)
-        raw = await upstream.read()
+        raw = await ex.client.read_all(upstream)
         ex.complete = True
         try:
             events = decode_completion(raw)
         except ValueError as err:
-            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {err}") from None
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         for ev in events:
             asm.feed(ev)
     else:
@@ -168,6 +185,7 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     """A real count from vLLM's /tokenize (chat template and tools included); other backends
     have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
+    check_json(body, gw.cfg.limits)
     try:
         raw = msgspec.json.decode(body)
     except msgspec.DecodeError as err:

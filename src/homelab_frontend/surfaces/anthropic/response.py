@@ -68,10 +68,14 @@ from .signature import ThinkingSigner
 __all__ = ["MessageAssembler", "new_message_id", "new_tool_use_id"]
 
 _BASE62 = string.ascii_letters + string.digits
+# byte -> base62 character. 256 is not a multiple of 62, so eight characters are a little more
+# likely (5/256 against 4/256): 24 of them still carry over 140 random bits, and one getrandom
+# call replaces the 24 that secrets.choice made (one per character, on every request).
+_TO_BASE62 = bytes(ord(_BASE62[i % 62]) for i in range(256))
 
 
 def _random_suffix(n: int = 24) -> str:
-    return "".join(secrets.choice(_BASE62) for _ in range(n))
+    return secrets.token_bytes(n).translate(_TO_BASE62).decode()
 
 
 def new_message_id() -> str:

@@ -234,6 +234,10 @@ _MESSAGE_STOP_FRAME = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _PING_FRAME = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 _TEXT_BLOCK = _TextBlock()
+# content_block_delta frames spelled out (see `_delta`); tests/unit/test_hot_path.py holds them
+# byte for byte to what encoding a _BlockDelta gives
+_DELTA_HEAD = _BLOCK_DELTA + b'{"type":"content_block_delta","index":'
+_DELTA_TAIL = b"}}" + _END
 _THINKING_BLOCK = _ThinkingBlock()
 
 STOP_REASONS = {
@@ -262,6 +266,12 @@ THINKING = "THINKING"
 TEXT = "TEXT"
 TOOL = "TOOL"
 ENDED = "ENDED"
+
+_DELTA_KIND = {
+    TEXT: b',"delta":{"type":"text_delta","text":',
+    THINKING: b',"delta":{"type":"thinking_delta","thinking":',
+    TOOL: b',"delta":{"type":"input_json_delta","partial_json":',
+}
 
 # Actions for content events
 OPEN = "open"  # no block open: open one for this event
@@ -329,6 +339,7 @@ class AnthropicStreamEncoder:
         "_tool_has_args",
         "_held_ws",
         "_tool_ids",
+        "_delta_head",
     )
 
     def __init__(
@@ -360,6 +371,7 @@ class AnthropicStreamEncoder:
         self._tool_has_args = False
         self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
         self._tool_ids: set[str] = set()  # ids used in this message (they must be unique)
+        self._delta_head = b""  # the open block's delta frame up to its payload string
 
     # -- public state ------------------------------------------------------------------------
 
@@ -489,19 +501,17 @@ class AnthropicStreamEncoder:
         return _MESSAGE_START + _encode(_MessageStart(message)) + _END
 
     def _delta(self, payload: str) -> bytes:
-        state = self.state
-        if state is TEXT:
-            d = _TextDelta(payload)
-        elif state is THINKING:
+        # The hot path (one call per streamed token): the frame is the open block's fixed head,
+        # the payload as a JSON string, and a fixed tail; the same bytes as encoding a
+        # _BlockDelta, without building two structs per token.
+        if self.state is THINKING:
             self._mac.update(payload.encode())
-            d = _ThinkingDelta(payload)
-        else:
-            d = _InputJsonDelta(payload)
-        return _BLOCK_DELTA + _encode(_BlockDelta(self._index, d)) + _END
+        return self._delta_head + _encode(payload) + _DELTA_TAIL
 
     def _open(self, block: str, event: Event, payload: str | None) -> bytes:
         self._index += 1
         self.state = block
+        self._delta_head = b"%s%d%s" % (_DELTA_HEAD, self._index, _DELTA_KIND[block])
         if block is TEXT:
             cb = _TEXT_BLOCK
         elif block is THINKING:

@@ -1,0 +1,1 @@
+"""The gateway's benchmark: `python -m bench.run` (see run.py)."""

@@ -1,0 +1,168 @@
+"""The dashboard at GET / in a real headless browser (Debian's chromium, driven by Selenium
+through Debian's chromedriver): it asks for the admin key, then shows every backend with the
+numbers /admin/requests gives, a running request appears and disappears, the cancel button
+really cancels upstream, and finished requests show with their TTFT and outcome."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import standard_config
+from gwproc import Gateway
+from rawhttp import post_raw
+from stubproc import free_port, wait_for
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1100",
+)
+ADMIN_KEY = "dash-admin-key"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium (pip install -e '.[test]')")
+    if missing:
+        why = f"needs {', '.join(missing)}: run .ci/deps/chromium.sh"
+        if os.environ.get("CI"):
+            pytest.fail(why)  # CI installs them: missing there is a broken setup, not a skip
+        pytest.skip(why)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in FLAGS:
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def until(driver, predicate, timeout: float = 10.0):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: predicate())
+
+
+def css(driver, selector: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def text(driver, selector: str) -> str | None:
+    found = css(driver, selector)
+    return found[0].text if found else None
+
+
+def card_numbers(driver) -> dict[str, dict]:
+    """What the backend cards show, read in one script run (the page redraws them every poll)."""
+    return driver.execute_script("""
+        const out = {};
+        for (const c of document.querySelectorAll("#backends .backend")) {
+          const n = (cls) => Number(c.querySelector("." + cls).textContent);
+          out[c.dataset.backend] = {in_use: n("in-use"), slots: n("slots"), queued: n("queued"),
+                                    up: c.dataset.up === "true"};
+        }
+        return out;""")
+
+
+def admin_numbers(gw: Gateway) -> dict[str, dict]:
+    return {name: {k: b[k] for k in ("in_use", "slots", "queued", "up")}
+            for name, b in gw.admin(ADMIN)["backends"].items()}
+
+
+def stream(gw: Gateway, prompt: str):
+    return post_raw(gw.base + "/chat/completions",
+                    {"model": "reasoning", "stream": True, "messages": [{"role": "user", "content": prompt}]})
+
+
+def running_ids(gw: Gateway) -> list[str]:
+    return [r["id"] for r in gw.admin(ADMIN)["requests"]]
+
+
+def test_dashboard_shows_backends_requests_and_cancels(browser, vllm_stub, ollama_stub, stubs):
+    cfg = standard_config(vllm_stub.base, ollama_stub.base, auth={"admin_key_env": "HLF_DASH_ADMIN"})
+    # a third backend nobody listens for: the page must show it down
+    cfg["backends"]["spare"] = {"url": f"http://127.0.0.1:{free_port()}/v1", "health_interval_s": 0.2,
+                                "timeouts": {"connect_s": 1}}
+    with Gateway(cfg, env={"HLF_DASH_ADMIN": ADMIN_KEY}) as gw, ThreadPoolExecutor(2) as pool:
+        browser.get(gw.url + "/")
+        assert browser.title == "homelab-frontend"
+        until(browser, lambda: browser.find_element("tag name", "body").get_attribute("data-state") == "auth")
+        assert text(browser, "#status") == "admin key required"
+
+        css(browser, "#key")[0].send_keys(ADMIN_KEY)
+        css(browser, "#usekey")[0].click()
+        until(browser, lambda: browser.find_element("tag name", "body").get_attribute("data-state") == "live")
+
+        # every backend, with the numbers the admin API gives
+        until(browser, lambda: card_numbers(browser).get("spare", {}).get("up") is False)
+        assert card_numbers(browser) == admin_numbers(gw)
+        shown = card_numbers(browser)
+        assert shown["gpu0"] == {"in_use": 0, "slots": 8, "queued": 0, "up": True}
+        assert shown["ollama"] == {"in_use": 0, "slots": 4, "queued": 0, "up": True}
+        assert "connection refused" in text(browser, '.backend[data-backend="spare"] .errline')
+
+        # a long request appears with its model, backend and phase; the slot bar fills
+        cancelled_before = vllm_stub.log_text().count("cancelled")
+        long = pool.submit(stream, gw, "[stub content=500 delay_ms=20]")
+        rid = wait_for(lambda: running_ids(gw), 5)[0]
+        row = f'#inflight tr[data-id="{rid}"]'
+        until(browser, lambda: text(browser, f"{row} .phase") == "streaming")
+        assert text(browser, f"{row} .model") == "reasoning"
+        assert text(browser, f"{row} .backend") == "gpu0"
+        until(browser, lambda: card_numbers(browser)["gpu0"]["in_use"] == 1)
+        assert card_numbers(browser) == admin_numbers(gw)  # the stream runs for 10 s: steady
+        assert len(css(browser, "#inflight tr")) == len(gw.admin(ADMIN)["requests"]) == 1
+        assert len(css(browser, '.backend[data-backend="gpu0"] .bar i.used')) == 1
+        until(browser, lambda: int(text(browser, f"{row} .tokens")) > 0)
+        until(browser, lambda: (text(browser, "#rate-now") or "").endswith("tok/s now")
+              and not text(browser, "#rate-now").startswith("0 "))
+
+        # the cancel button cancels it upstream; the row goes, the recent list says how it ended
+        css(browser, f"{row} button.cancel")[0].click()
+        status, _, raw = long.result(timeout=10)
+        assert status == 200 and b"cancelled by the gateway's operator" in raw
+        wait_for(lambda: vllm_stub.log_text().count("cancelled") == cancelled_before + 1, 2)
+        until(browser, lambda: not css(browser, row))
+        until(browser, lambda: css(browser, f'#recent tr[data-id="{rid}"]'))
+        assert text(browser, f'#recent tr[data-id="{rid}"] .outcome') == "error api error"
+
+        # a request that finishes by itself appears, then disappears into the recent list
+        short = pool.submit(stream, gw, "[stub content=150 delay_ms=20]")
+        rid = wait_for(lambda: running_ids(gw), 5)[0]
+        until(browser, lambda: css(browser, f'#inflight tr[data-id="{rid}"]'))
+        assert short.result(timeout=10)[0] == 200
+        until(browser, lambda: not css(browser, f'#inflight tr[data-id="{rid}"]'))
+        recent = f'#recent tr[data-id="{rid}"]'
+        until(browser, lambda: css(browser, recent))
+        assert text(browser, f"{recent} .outcome") == "ok"
+        rec = next(r for r in gw.get("/admin/stats", ADMIN)[1]["recent"] if r["id"] == rid)
+        assert rec["ttft_ms"] is not None and text(browser, f"{recent} .ttft").endswith(" ms")
+        assert rec["tokens_out"] >= 150  # content plus the reasoning tokens
+        assert text(browser, f"{recent} .tokens") == f"{rec['tokens_in']} / {rec['tokens_out']}"
+        until(browser, lambda: card_numbers(browser)["gpu0"]["in_use"] == 0)
+        assert card_numbers(browser) == admin_numbers(gw)
+        until(browser, lambda: text(browser, "#total-requests") == "2")
+
+        # the page ran clean: no script errors, no blocked (e.g. off-site) loads
+        problems = [e["message"] for e in browser.get_log("browser")
+                    if e["level"] == "SEVERE" and "status of 401" not in e["message"]]
+        assert problems == []
+        browser.save_screenshot(os.path.join(gw.dir, "dashboard.png"))
