@@ -8,7 +8,8 @@ timeout, is refused as `overloaded` with a Retry-After estimated from recent slo
 
 The fast path (a free slot, nobody waiting) is a counter increment: queueing costs nothing until
 it is needed. `SlotPool` keeps the count in process; `slots_redis.RedisSlotPool` shares it between
-replicas and reuses the queue logic here by overriding `_try_take` / `_give_back`.
+replicas: it reuses the queue here (`_enqueue`, `_pop_next`, `_forget`) and replaces `acquire` /
+`release`, because taking a slot there is an await on Redis.
 """
 
 from __future__ import annotations

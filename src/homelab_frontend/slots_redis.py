@@ -407,7 +407,7 @@ class Registry:
                 for member, h in list(pool._held.items()):
                     if not h.bound or h.fenced:
                         continue
-                    deadline = max(h.taken_at, pool._confirmed_at) + self.lease_s - self.margin
+                    deadline = h.valid_from + self.lease_s - self.margin
                     if now >= deadline:
                         pool._fence(member, "Redis stayed unreachable for longer than the slot lease "
                                             f"(cluster.lease_s = {self.lease_s:g} s)")
@@ -440,8 +440,7 @@ class Registry:
                               "leases": leases}
         loop = asyncio.get_running_loop()
         return {
-            "replica": self.replica,
-            "redis": self.where,
+            "replica": self.replica,  # no Redis address: internal addresses stay internal
             "reachable": self.ok,
             "down_for_s": None if self.down_since is None else round(loop.time() - self.down_since, 3),
             "last_error": self.last_error,
@@ -461,12 +460,14 @@ class Registry:
 
 
 class _Holder:
-    __slots__ = ("task", "tracked", "taken_at", "bound", "fenced")
+    __slots__ = ("task", "tracked", "valid_from", "bound", "fenced")
 
-    def __init__(self, task: asyncio.Task | None, tracked: Tracked | None, taken_at: float) -> None:
+    def __init__(self, task: asyncio.Task | None, tracked: Tracked | None, sent_at: float) -> None:
         self.task = task
         self.tracked = tracked
-        self.taken_at = taken_at  # loop time the take was sent: its lease ends no earlier than + lease_s
+        # loop time the last take or renewal that covered it was *sent*: Redis stamped it later,
+        # so the lease ends no earlier than valid_from + lease_s
+        self.valid_from = sent_at
         self.bound = False  # the take succeeded and the slot is the request's
         self.fenced = False
 
@@ -492,7 +493,6 @@ class RedisSlotPool(SlotPool):
         self._held: dict[str, _Holder] = {}  # member -> holder; what this replica renews
         self._by_task: dict[asyncio.Task, list[str]] = {}
         self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
-        self._confirmed_at = 0.0  # loop time the last successful renewal was sent
         self._wake = asyncio.Event()
         self._granter: asyncio.Task | None = None
         self._seq = itertools.count()
@@ -647,8 +647,12 @@ class RedisSlotPool(SlotPool):
             self.reg._renew, [self.key, EPOCH_KEY],
             [self.reg.lease_ms, self.slots, self.channel, len(drops), *drops, *members])
         self._dangling.difference_update(drops)
-        self._confirmed_at = sent
         self.reg.note_grace(int(grace))
+        lost_set = set(lost)
+        for member in members:
+            h = self._held.get(member)
+            if h is not None and member not in lost_set:
+                h.valid_from = max(h.valid_from, sent)
         for member in readded:
             if member not in self._held:  # given back while the renewal was on its way
                 self.reg.spawn(self._give_back_remote(member))
@@ -684,6 +688,13 @@ class RedisSlotPool(SlotPool):
         return next(iter(by_key.values()))[0]  # type: ignore[return-value]
 
     async def _grant_loop(self) -> None:
+        try:
+            await self._grant_rounds()
+        except Exception:  # a bug must not leave the waiters to their queue timeout
+            log.exception("cluster: backend %s: slot granter failed", self.name)
+            self._fail_waiters(GatewayError("api_error", "internal error in the gateway's slot queue"))
+
+    async def _grant_rounds(self) -> None:
         """While anybody waits here: take a slot in Redis for the head of the queue, or wait for
         one to be given back somewhere (pub/sub), or POLL_S."""
         while self.queued:

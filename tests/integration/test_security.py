@@ -520,3 +520,15 @@ def test_upstream_tracebacks_and_addresses_do_not_reach_the_client(hostile, dial
         assert "worker at <backend>" in text, text  # the upstream's message is passed on ...
         for leak in LEAKS:  # ... without its traceback and addresses
             assert leak not in text, text
+
+
+def test_metrics_need_the_admin_key_when_one_is_configured(vllm_stub):
+    from gwproc import Gateway as _Gateway, config_for as _config_for
+
+    cfg = _config_for({"b": vllm_stub.base}, {"m": {"backend": "b"}},
+                      auth={"keys": [{"name": "alice", "key": "sk-alice-1"}], "admin_key_env": "HLF_TEST_ADMIN"})
+    with _Gateway(cfg, env={"HLF_TEST_ADMIN": "adm-secret-9"}) as gw:
+        assert gw.get("/metrics")[0] == 401
+        assert gw.get("/metrics", {"authorization": "Bearer sk-alice-1"})[0] == 401
+        status, text = gw.get("/metrics", {"authorization": "Bearer adm-secret-9"})
+        assert status == 200 and "hlf_backend_slots" in text and "adm-secret-9" not in text

@@ -370,6 +370,9 @@ def _gw(request: web.Request):
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
     gw = _gw(request)
+    if not gw.auth.may_read_metrics(request):
+        return web.json_response(
+            {"error": {"type": "authentication_error", "message": "admin key required"}}, status=401)
     body = generate_latest(gw.metrics.registry)
     return web.Response(body=body, headers={"content-type": CONTENT_TYPE_LATEST})
 
