@@ -25,4 +25,4 @@ test: $(VENV)/.test
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test
-	$(PY) -m bench.run
+	$(PY) -m bench.run $(BENCH_ARGS)

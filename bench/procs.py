@@ -146,7 +146,9 @@ def start_litellm(workdir: str, stub_url: str, model: str, upstream_model: str) 
     port = _free_port()
     proc = _LiteLLM("litellm", [*cmd, "--config", path, "--host", "127.0.0.1", "--port", str(port),
                                 "--num_workers", "1"], workdir, port,
-                    env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True"})
+                    env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True",
+                         # loopback only: no model-cost map from the internet at start-up
+                         "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     return proc
 
 

@@ -27,9 +27,11 @@ CLIENT = {"x-api-key": "client-secret-value"}
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def scrape(gw: Gateway) -> dict[tuple, float]:
-    """-> {(sample name, frozenset of label items): value}, parsed by the Prometheus parser."""
-    with urllib.request.urlopen(gw.url + "/metrics", timeout=5) as resp:
+def scrape(gw: Gateway, headers: dict | None = None) -> dict[tuple, float]:
+    """-> {(sample name, frozenset of label items): value}, parsed by the Prometheus parser.
+    The admin key is sent: /metrics needs it whenever one is configured."""
+    req = urllib.request.Request(gw.url + "/metrics", headers=ADMIN if headers is None else headers)
+    with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.headers["content-type"].startswith("text/plain; version=")
         text = resp.read().decode()
     out = {}
