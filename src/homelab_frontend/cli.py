@@ -8,12 +8,19 @@ import sys
 from . import config as cfgmod
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _load(path: str) -> cfgmod.Config | None:
+    """The config, or None after printing one line per problem."""
     try:
-        cfg = cfgmod.load(args.config)
+        return cfgmod.load(path)
     except cfgmod.ConfigError as err:
         for p in err.problems:
             print(p, file=sys.stderr)
+        return None
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    if cfg is None:
         return 2
     print(f"config OK: listen {cfg.listen.host}:{cfg.listen.port}")
     print("backends:")
@@ -33,11 +40,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from . import server
 
-    try:
-        cfg = cfgmod.load(args.config)
-    except cfgmod.ConfigError as err:
-        for p in err.problems:
-            print(p, file=sys.stderr)
+    cfg = _load(args.config)
+    if cfg is None:
         return 2
     host = args.host or cfg.listen.host
     port = args.port if args.port is not None else cfg.listen.port

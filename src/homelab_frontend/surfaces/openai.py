@@ -23,6 +23,7 @@ from ..exchange import Exchange
 from ..limits import check_json
 from ..tracker import Tracked
 from ..upstream import clean_message, sse_payloads
+from .body import decode_object
 from .openai_request import parse_request
 
 
@@ -205,12 +206,7 @@ async def models(request: web.Request, gw, t: Tracked) -> web.Response:
 async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
     check_json(body, gw.cfg.limits, counted=())
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as err:
-        raise GatewayError("invalid_request", f"the body is not valid JSON: {err}") from None
-    if not isinstance(raw, dict):
-        raise GatewayError("invalid_request", "the body must be a JSON object")
+    raw = decode_object(body)
     model = raw.get("model")
     if not isinstance(model, str) or not model:
         raise GatewayError("invalid_request", "model: required string field is missing", param="model")

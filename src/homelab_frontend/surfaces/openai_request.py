@@ -14,6 +14,7 @@ import msgspec
 
 from .. import canonical as c
 from ..errors import GatewayError
+from .body import decode_object
 
 # Passed on untouched when the client sends them: all are understood by vLLM, Ollama (most) and
 # llama.cpp, and none changes what the gateway must do with the answer.
@@ -153,12 +154,7 @@ def _tool_choice(tc: Any) -> c.ToolChoice | None:
 
 def parse_request(body: bytes) -> tuple[c.Request, bool]:
     """-> (canonical request, whether the client asked for usage in its stream)."""
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as err:
-        raise GatewayError("invalid_request", f"the body is not valid JSON: {err}") from None
-    if not isinstance(raw, dict):
-        raise GatewayError("invalid_request", "the body must be a JSON object")
+    raw = decode_object(body)
     try:
         w = msgspec.convert(raw, WireRequest)
     except msgspec.ValidationError as err:

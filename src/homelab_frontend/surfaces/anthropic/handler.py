@@ -27,6 +27,7 @@ from ...tracker import Tracked
 from ...upstream import clean_message, sse_payloads
 from ...upstream_decode import ChunkDecoder, decode_completion
 from ...upstream_request import build_body
+from ..body import decode_object
 from .request import parse_request
 from .response import MessageAssembler, new_message_id
 from .stream import AnthropicStreamEncoder
@@ -186,11 +187,8 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
     check_json(body, gw.cfg.limits)
-    try:
-        raw = msgspec.json.decode(body)
-    except msgspec.DecodeError as err:
-        raise GatewayError("invalid_request", f"the body is not valid JSON: {err}") from None
-    if isinstance(raw, dict) and "max_tokens" not in raw:
+    raw = decode_object(body)
+    if "max_tokens" not in raw:
         raw["max_tokens"] = 1  # count_tokens takes no max_tokens; the parser wants one
     req = parse_request(msgspec.json.encode(raw), signer=gw.signer)
     t.model = req.model
