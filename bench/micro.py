@@ -46,7 +46,7 @@ def vllm_chunks(n: int = 200, continuous_usage: bool = True) -> list[bytes]:
     return [json.dumps(x, separators=(",", ":")).encode() for x in out] + [b"[DONE]"]
 
 
-def openai_answer(payloads: list[bytes]) -> int:
+def openai_answer(payloads: list[bytes]) -> tuple[int, int]:
     """The OpenAI relay's per-chunk work (surfaces/openai.py::_relay) minus the socket write."""
     rewrite = oai.model_rewriter("bench-upstream", "bench")
     frames = []
@@ -62,13 +62,13 @@ def openai_answer(payloads: list[bytes]) -> int:
             if d is not None and (d.content or d.reasoning or d.reasoning_content or d.tool_calls):
                 tokens += 1
         frames.append(b"data: " + rewrite(payload) + b"\n\n")
-    return len(b"".join(frames))
+    return len(b"".join(frames)), tokens
 
 
 _SIGNER = ThinkingSigner(b"bench")
 
 
-def anthropic_answer(payloads: list[bytes]) -> int:
+def anthropic_answer(payloads: list[bytes]) -> tuple[int, int]:
     """The Anthropic relay's per-chunk work (handler._stream_events/_relay) minus the socket."""
     dec = ChunkDecoder()
     enc = AnthropicStreamEncoder(message_id="msg_bench", model="bench", signer=_SIGNER)
@@ -81,7 +81,7 @@ def anthropic_answer(payloads: list[bytes]) -> int:
                     tokens = ev.output_tokens
             frames.append(enc.feed(ev))
     frames.append(enc.finish())
-    return len(b"".join(frames))
+    return len(b"".join(frames)), tokens
 
 
 def measure(fn, payloads: list[bytes], rounds: int = 7, answers: int = 50) -> float:

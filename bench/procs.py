@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -121,6 +122,9 @@ def start_floor(workdir: str, stub_url: str) -> Proc:
     return Proc("floor", [sys.executable, "-m", "bench.floor", "--upstream", stub_url + "/v1"], workdir)
 
 
+LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)
+
+
 def litellm_command() -> list[str] | None:
     """How to start LiteLLM's proxy here, or None when it is not installed."""
     exe = os.environ.get("LITELLM_BIN") or shutil.which("litellm") or shutil.which(
@@ -139,6 +143,10 @@ def start_litellm(workdir: str, stub_url: str, model: str, upstream_model: str) 
                                "api_key": "unused"},
         }],
         "litellm_settings": {"drop_params": True, "telemetry": False},
+        # it refuses to start without one; a throwaway key, on loopback
+        "general_settings": {"master_key": LITELLM_KEY},
+        # one failure must not bench the only deployment for seconds (429s instead of answers)
+        "router_settings": {"disable_cooldowns": True, "num_retries": 0},
     }
     path = os.path.join(workdir, "litellm.yaml")
     with open(path, "w") as f:
@@ -148,7 +156,9 @@ def start_litellm(workdir: str, stub_url: str, model: str, upstream_model: str) 
                                 "--num_workers", "1"], workdir, port,
                     env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "NO_DOCS": "True",
                          # loopback only: no model-cost map from the internet at start-up
-                         "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+                         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                         # /v1/messages onto the upstream's chat completions, not /v1/responses
+                         "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "true"})
     return proc
 
 

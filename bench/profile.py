@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         rec.wait(30)
     finally:
         bench.stop()
+        shutil.rmtree(bench.workdir, ignore_errors=True)
     print(f"{res.get('ok')} requests ok, {res.get('errors')} errors, {res.get('req_per_s') or 0:.0f} req/s, "
           f"{res.get('chunks_per_s') or 0:.0f} chunks/s; gateway cpu {cpu:.2f} s "
           f"({cpu / max(res.get('ok') or 1, 1) * 1e6:.0f} us/request"

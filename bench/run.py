@@ -1,11 +1,12 @@
-"""`make bench` / `python -m bench.run [--quick] [--litellm]`: the gateway against its upstream.
+"""`make bench` / `python -m bench.run [--quick] [--floor] [--litellm]`: the gateway against its upstream.
 
 One run starts a vLLM-flavoured stub (zero token delay, 200 content tokens per answer), the
 gateway in front of it, and a load generator process, then measures the same answers twice:
 straight from the stub ("direct") and through the gateway, for the OpenAI and the Anthropic
 surfaces, non-streaming and streaming, at concurrency 1, 16 and 64. The direct request for a
 surface is the very body the gateway sends upstream for it (read back from the stub), so both
-sides of a ratio ask the stub for the same work.
+sides of a ratio ask the stub for the same work. `--floor` adds a bare aiohttp relay
+(bench/floor.py), `--litellm` LiteLLM's proxy when it is installed, both measured the same way.
 
 Everything shares two cores (and, on a developer's machine, whatever else runs there), so each
 cell is measured `--reps` times, direct and gateway back to back, and the report gives medians
@@ -19,6 +20,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -144,7 +146,9 @@ class Bench:
         host, port = _hostport(url)
         headers = {"anthropic-version": "2023-06-01", "x-api-key": "unused"} if dialect == "anthropic" else {}
         if target == "litellm":
-            headers["authorization"] = "Bearer unused"
+            headers["authorization"] = f"Bearer {procs.LITELLM_KEY}"
+            if dialect == "anthropic":
+                headers["x-api-key"] = procs.LITELLM_KEY
         return {"host": host, "port": port, "path": path, "body": json.dumps(body), "headers": headers,
                 "stream": stream, "dialect": dialect, "concurrency": c, "requests": requests,
                 "warmup": max(8, c * 2), "timeout_s": 20.0 if target != "litellm" else 60.0,
@@ -301,8 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--litellm", action="store_true", help="also measure LiteLLM's proxy, if installed")
     p.add_argument("--floor", action="store_true",
                    help="also measure a bare aiohttp relay (bench/floor.py): the cost of the hop alone")
-    p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")), default=CONCURRENCY)
-    p.add_argument("--surfaces", type=lambda s: tuple(s.split(",")), default=SURFACES)
+    p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")), default=CONCURRENCY,
+                   help="a subset of 1,16,64 (default all three)")
+    p.add_argument("--surfaces", type=lambda s: tuple(s.split(",")), default=SURFACES,
+                   help="openai,anthropic (default both)")
     p.add_argument("--no-queue-check", dest="queue_check", action="store_false",
                    help="skip the exactly-enough-slots comparison")
     p.add_argument("--out", help="JSON result file (default bench/results/bench-<time>.json)")
@@ -310,14 +316,21 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in args.concurrency if c not in (1, 16, 64)]
     if bad:
         p.error(f"--concurrency: {bad} not in 1,16,64")
+    unknown = [x for x in args.surfaces if x not in SURFACES]
+    if unknown or not args.surfaces:
+        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic")
     bench = Bench(args)
     try:
         result = bench.run()
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"interrupted; the processes' logs are in {bench.workdir}", file=sys.stderr)
         return 130
+    except BaseException:
+        print(f"the benchmark failed; the processes' logs are in {bench.workdir}", file=sys.stderr)
+        raise
     finally:
         bench.stop()
+    shutil.rmtree(bench.workdir, ignore_errors=True)  # logs and configs: only needed on failure
     result["targets"] = check_targets(result)
     out = Path(args.out) if args.out else RESULTS / f"bench-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
