@@ -32,6 +32,13 @@ def context_refusal(message: str) -> tuple[int, int] | None:
     return None
 
 
+def _image_bytes(req: c.Request) -> int:
+    """Bytes of image URLs in the upstream body (tool messages carry no images upstream)."""
+    return sum(
+        len(p.url) for m in req.messages if m.role != "tool" for p in m.parts if isinstance(p, c.ImagePart)
+    )
+
+
 async def open_chat(
     ex: Exchange,
     req: c.Request,
@@ -59,8 +66,12 @@ async def open_chat(
     payload = body(max_tokens)
     if ctx is not None and max_tokens is not None:
         # A prompt is rarely under one token per 8 bytes of JSON: a low estimate, so the clamp
-        # never takes away room the model really has; the retry below covers the rest.
+        # never takes away room the model really has; the retry below covers the rest. Image
+        # data is not prompt text (a vision model spends a few hundred tokens on an image): counted
+        # as text, one 80 kB screenshot would clamp the answer to a single token.
         room = max(1, ctx - len(payload) // 8)
+        if max_tokens > room:  # only then is it worth a walk over the messages
+            room = max(1, ctx - (len(payload) - _image_bytes(req)) // 8)
         if max_tokens > room:
             max_tokens = room
             payload = body(max_tokens)

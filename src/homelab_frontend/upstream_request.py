@@ -17,7 +17,9 @@ _encode = msgspec.json.Encoder().encode
 
 def _content(parts: list[c.Part]) -> str | list[dict]:
     if all(isinstance(p, c.TextPart) for p in parts):
-        return "".join(p.text for p in parts)  # type: ignore[union-attr]
+        # One string, its parts on separate lines: what vLLM makes of a list of text parts, and
+        # what Ollama (which would turn each part into a message of its own) should see too.
+        return "\n".join(p.text for p in parts)  # type: ignore[union-attr]
     out: list[dict] = []
     for p in parts:
         if isinstance(p, c.TextPart):
@@ -30,7 +32,7 @@ def _content(parts: list[c.Part]) -> str | list[dict]:
 def _message(m: c.Message) -> dict:
     if m.role == "tool":
         # OpenAI tool messages carry text only; an image a tool returned is named, not dropped
-        text = "".join(p.text if isinstance(p, c.TextPart) else "[image]" for p in m.parts)
+        text = "\n".join(p.text if isinstance(p, c.TextPart) else "[image]" for p in m.parts)
         return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text}
     msg: dict = {"role": m.role, "content": _content(m.parts)}
     if m.role == "assistant":

@@ -67,7 +67,7 @@ def test_history_with_tool_calls_reasoning_images_and_tool_results():
     assert m[1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     assert m[2] == {"role": "assistant", "content": None, "reasoning": "because",
                     "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}]}
-    assert m[3] == {"role": "tool", "tool_call_id": "t1", "content": "out[image]"}
+    assert m[3] == {"role": "tool", "tool_call_id": "t1", "content": "out\n[image]"}
     assert m[4] == {"role": "system", "content": "late"}  # a later system message stays in place
 
 
@@ -75,6 +75,11 @@ def test_reasoning_controls_per_backend():
     assert body(req(reasoning_effort="high"))["reasoning_effort"] == "high"
     assert body(req(reasoning_enabled=False))["chat_template_kwargs"] == {"enable_thinking": False}
     assert "chat_template_kwargs" not in body(req(reasoning_enabled=False), OLLAMA)
+
+
+def test_text_parts_are_joined_line_by_line():
+    r = c.Request(model="m", messages=[c.Message("user", [c.TextPart("<reminder>x</reminder>"), c.TextPart("fix it")])])
+    assert body(r)["messages"][0]["content"] == "<reminder>x</reminder>\nfix it"
 
 
 def test_extra_params_pass_through():

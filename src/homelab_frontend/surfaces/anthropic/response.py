@@ -28,8 +28,10 @@ Empty and blank blocks
     2.11 contract says never an empty array.
 Tool calls
     `id`: the upstream's id is passed through unchanged (it comes back as `tool_use_id` and goes
-    upstream again as `tool_call_id`, so the upstream sees its own ids); a missing id, or one repeated
-    within the message, gets a fresh `toolu_<24 base62>`. `input`: the concatenated argument
+    upstream again as `tool_call_id`, so the upstream sees its own ids) when it is a valid Anthropic
+    id (`^[A-Za-z0-9_-]{1,128}$`, the rule stream.py applies too); a missing or invalid id (Kimi-K2's
+    `functions.name:0`: Anthropic's API refuses history carrying it), or one repeated within the
+    message, gets a fresh `toolu_<24 base62>`. `input`: the concatenated argument
     fragments parsed as JSON; empty or `null` -> `{}`; anything that is not a JSON object (truncated
     by max_tokens, malformed by a small model) -> `{"_raw_arguments": "<the text>"}`. A client like
     Claude Code then reports a schema error back to the model as a tool_result, and the model can
@@ -55,6 +57,7 @@ Errors
 
 from __future__ import annotations
 
+import re
 import secrets
 import string
 from typing import Any
@@ -87,6 +90,8 @@ def new_tool_use_id() -> str:
     """`toolu_` + 24 random base62 characters."""
     return "toolu_" + _random_suffix()
 
+
+_VALID_TOOL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}").fullmatch
 
 _STOP_REASONS: dict[str, str] = {
     "stop": "end_turn",
@@ -223,7 +228,8 @@ class MessageAssembler:
                 if v:
                     content.append({"type": "text", "text": v})
             else:
-                tool_id = v.id if v.id and v.id not in seen_ids else new_tool_use_id()
+                ok = v.id and _VALID_TOOL_ID(v.id) and v.id not in seen_ids
+                tool_id = v.id if ok else new_tool_use_id()
                 seen_ids.add(tool_id)
                 content.append(
                     {
