@@ -58,6 +58,9 @@ class Exchange:
         self.client: UpstreamClient | None = None  # the backend's client, once open
         self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
         self.complete = False  # the upstream answer was read to its end
+        # True while a relay waits for the client to take a write: silence then is the client's
+        # doing, not the backend's, and the watchdog must not blame the backend for it.
+        self.writing = False
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
@@ -123,7 +126,27 @@ class Exchange:
             self.backend.pool.release(held)
 
     def own_cancel(self) -> GatewayError | None:
-        return self.t.own_cancel_error()
+        """After a CancelledError: the gateway's own reason as an error (the caller then writes it
+        to the client), or None when the client left. The upstream and the slot are let go first,
+        so a client too slow to take the error frame holds neither while it is written."""
+        err = self.t.own_cancel_error()
+        if err is not None:
+            self.close()
+        return err
+
+    async def drain(self, timeout_s: float = 0.5) -> None:
+        """After the upstream's `[DONE]`: read the end of its body (the chunked terminator) so the
+        keep-alive connection goes back to the pool instead of being closed. An upstream that
+        does not end its body promptly just has its connection closed."""
+        resp = self.resp
+        if resp is None or resp.content.at_eof():
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                while await resp.content.readany():
+                    pass
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self.complete = False
 
 
 class _Watchdog:
@@ -165,6 +188,10 @@ class _Watchdog:
         elif stream and self.seen == 0 and now - self.start > to.first_token_s:
             reason = f"no first token from the backend within {to.first_token_s:g} s"
         elif stream and self.seen > 0 and now - self.last_change > to.idle_s:
+            if ex.writing:
+                self.handle = None
+                ex.t.cancel("client_stalled", f"the client stopped reading for more than {to.idle_s:g} s")
+                return
             reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
         if reason is not None:
             self.handle = None

@@ -287,14 +287,14 @@ def surface(dialect: str, fn: Handler):
             t.status = resp.status
             return resp
         except GatewayError as err:
-            return _error_response(t, err, render)
+            return _error_answer(request, t, err, render)
         except asyncio.CancelledError:
             own = t.own_cancel_error()
             if own is None:
                 t.outcome = f"cancelled_{t.phase}"
                 t.status = 499
                 raise
-            return _error_response(t, own, render)
+            return _error_answer(request, t, own, render)
         except Exception as exc:
             if isinstance(exc, ConnectionResetError) and openai_surface.client_gone(request):
                 # A write to a client that already left, a moment before aiohttp cancels us.
@@ -303,7 +303,7 @@ def surface(dialect: str, fn: Handler):
                 raise asyncio.CancelledError() from None
             log.error("request %s failed:\n%s", t.id, traceback.format_exc())
             err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
-            return _error_response(t, err, render)
+            return _error_answer(request, t, err, render)
         finally:
             gw.tracker.remove(t)
             key = request.get("principal_key")
@@ -311,6 +311,21 @@ def surface(dialect: str, fn: Handler):
             gw.observe(t, request.path)
 
     return handler
+
+
+def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -> web.Response:
+    """The error in the caller's dialect, unless the answer has already begun on the wire (a
+    stream that failed, or was cancelled by the gateway, while its last bytes were still being
+    written to a client that stopped reading): aiohttp would then write the error response
+    inside the first one's body. The connection is cut instead, the one signal left, and the
+    access log keeps the status the client got (an answer begins only as a 200: every error
+    before that is rendered whole)."""
+    if request.writer.output_size:
+        if t.outcome == "ok":
+            t.outcome = f"error_{err.kind}"
+        t.status = t.status or 200
+        raise asyncio.CancelledError()
+    return _error_response(t, err, render)
 
 
 def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:

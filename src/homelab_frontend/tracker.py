@@ -68,6 +68,10 @@ class Tracked:
             task.uncancel()
         if self.cancel_reason == "timeout":
             return GatewayError("timeout", self.cancel_message)
+        if self.cancel_reason == "client_stalled":
+            # the client's doing: counted as its cancel, not as a backend timeout
+            self.outcome = "cancelled_client_stalled"
+            return GatewayError("timeout", self.cancel_message)
         if self.cancel_reason == "shutdown":
             return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
         if self.cancel_reason == "slot_lost":  # slots_redis: the shared slot could not be vouched for

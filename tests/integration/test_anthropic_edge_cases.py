@@ -316,7 +316,7 @@ def test_images_in_user_content_and_tool_results(client, stubs):
     assert sent[0]["content"][1] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
     assert sent[0]["content"][2] == {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
     assert sent[1]["tool_calls"][0]["id"] == "toolu_01"
-    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_01", "content": "here[image]"}
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_01", "content": "here\n[image]"}
 
 
 def test_a_large_image_does_not_shrink_max_tokens(client, stubs):

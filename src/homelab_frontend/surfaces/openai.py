@@ -149,12 +149,16 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                             ex.first_token()
                             # the first token goes out at once, not after the rest of its batch
                             frames.append(b"data: " + rewrite(payload) + b"\n\n")
+                            ex.writing = True
                             await out.write(b"".join(frames))
+                            ex.writing = False
                             frames = []
                             continue
                 frames.append(b"data: " + rewrite(payload) + b"\n\n")
             if frames:
+                ex.writing = True
                 await out.write(b"".join(frames))
+                ex.writing = False
             if failure:
                 break
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
@@ -165,7 +169,8 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
         own = ex.own_cancel()
         if own is None:
             raise  # the client went away
-        t.outcome = f"error_{own.kind}"
+        if t.outcome == "ok":
+            t.outcome = f"error_{own.kind}"
         await out.write(error_chunk(own.message, "timeout_error" if own.kind == "timeout" else "api_error"))
         await out.write_eof()
         return

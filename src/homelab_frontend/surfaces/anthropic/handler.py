@@ -23,7 +23,7 @@ from ...errors import GatewayError
 from ...exchange import Exchange
 from ...limits import check_json
 from ...stopmatch import StopMatcher
-from ...tracker import Tracked
+from ...tracker import GENERATING, Tracked
 from ...upstream import clean_message, sse_payloads
 from ...upstream_decode import ChunkDecoder, decode_completion
 from ...upstream_request import build_body
@@ -82,6 +82,15 @@ def _cleaned(ev: c.Event) -> c.Event:
     return ev
 
 
+def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
+    """About four bytes of request per prompt token, image data left out. message_start must carry
+    input_tokens and clients size their context from it, but the upstream may not have said yet:
+    Ollama reports usage only at the end, and vLLM on its first chunk, which a keep-alive ping
+    during a long prefill precedes. Used only then; message_delta carries the real count."""
+    images = sum(len(p.url) for m in req.messages for p in m.parts if isinstance(p, c.ImagePart))
+    return max(1, (len(body) - images) // 4)
+
+
 def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
     """Upstreams that do not say which stop string fired (Ollama, llama.cpp) get no `stop`; the
     gateway matches the strings itself on the stream and stops the generation when one fires."""
@@ -112,14 +121,17 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not gateway_stops)
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
-        enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer)
+        enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer,
+                                     input_tokens=_estimated_input_tokens(body, req))
         ex.on_idle = lambda: out.write(enc.ping())
         try:
             await _relay(upstream, ex, t, enc, out, matcher)
         except GatewayError as err:  # our own timeout or cancel, after the stream started
-            t.outcome = f"error_{err.kind}"
+            if t.outcome == "ok":
+                t.outcome = f"error_{err.kind}"
             await out.write(enc.fail("timeout_error" if err.kind == "timeout" else "api_error", err.message))
         await out.write_eof()
+        await ex.drain()
         return out
 
 
@@ -140,7 +152,9 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
                     t.tokens_out += 1
                 frames.append(enc.feed(ev))
+            ex.writing = True
             await out.write(b"".join(frames))
+            ex.writing = False
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
                 return
@@ -169,6 +183,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
             asm.feed(ev)
     else:
         upstream = await open_chat(ex, req, stream=True, send_stop=False)
+        t.phase = GENERATING  # streamed only for the gateway's stop matching: no first token to await
         try:
             async for events in _stream_events(upstream, ex, matcher):
                 for ev in events:
@@ -213,8 +228,8 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
                 resp.release()
             if isinstance(doc, dict) and isinstance(doc.get("count"), int):
                 count = doc["count"]
-        except GatewayError:
-            count = None
+        except (GatewayError, msgspec.DecodeError, aiohttp.ClientError):
+            count = None  # a tokenizer that answers badly counts as none: the estimate below
     if count is None:
         # No tokenizer endpoint: about four bytes of chat text per token.
         count = max(1, len(msgspec.json.encode(chat["messages"])) // 4)
