@@ -165,3 +165,35 @@ def test_model_on_several_backends_goes_to_the_most_free_slots():
                 results = list(pool.map(lambda _: _openai(gw, "[stub content=40 delay_ms=20]"), range(4)))
             assert all(status == 200 for status, _, _ in results)
             assert a.stats()["max_in_flight"] == 3 and b.stats()["max_in_flight"] == 1
+
+
+def test_connect_timeout_on_a_backend_that_never_accepts():
+    """A listener whose accept queue is full drops new SYNs (Linux), so connecting hangs: the
+    loopback way to meet `connect_s` without sending traffic anywhere else."""
+    import socket
+
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(0)
+    port = lsock.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):  # fill the accept queue; never accepted
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+            fillers.append(f)
+        time.sleep(0.2)
+        backend = {"url": f"http://127.0.0.1:{port}/v1", "timeouts": {"connect_s": 0.5}, "health_interval_s": 60}
+        with Gateway(config_for({"b": backend}, {"m": {"backend": "b"}})) as gw:
+            t0 = time.monotonic()
+            status, _, raw = _openai(gw, "hi", stream=False)
+            took = time.monotonic() - t0
+            assert status in (502, 503), raw
+            assert "no connection within 0.5 s" in json.loads(raw)["error"]["message"]
+            assert took < 5
+            assert gw.admin()["backends"]["b"]["in_use"] == 0
+    finally:
+        for f in fillers:
+            f.close()
+        lsock.close()
