@@ -81,18 +81,20 @@ class SlotPool:
             if waiter.fut.done() and not waiter.fut.cancelled():
                 return  # granted in the same tick the deadline passed: keep it
             self._forget(waiter)
-            raise GatewayError(
-                "overloaded",
-                f"backend {self.name!r} is busy: no slot came free within "
-                f"{self.timeout_s:g} s in the queue",
-                retry_after=self.retry_after(),
-            ) from None
+            raise self.waited_too_long() from None
         except BaseException:
             if waiter.fut.done() and not waiter.fut.cancelled():
                 self.release()  # granted, but the caller went away before using it
             else:
                 self._forget(waiter)
             raise
+
+    def waited_too_long(self) -> GatewayError:
+        return GatewayError(
+            "overloaded",
+            f"backend {self.name!r} is busy: no slot came free within {self.timeout_s:g} s in the queue",
+            retry_after=self.retry_after(),
+        )
 
     def release(self, held_s: float | None = None) -> None:
         if held_s is not None:

@@ -538,12 +538,7 @@ class RedisSlotPool(SlotPool):
             if _granted(waiter.fut):
                 return  # granted in the same tick the deadline passed: keep it
             self._forget(waiter)
-            raise GatewayError(
-                "overloaded",
-                f"backend {self.name!r} is busy: no slot came free within "
-                f"{self.timeout_s:g} s in the queue",
-                retry_after=self.retry_after(),
-            ) from None
+            raise self.waited_too_long() from None
         except GatewayError:
             raise  # failed by the granter (Redis went away); already out of the queue
         except BaseException:
