@@ -19,6 +19,7 @@ from . import limits
 from .auth import Auth
 from .errors import GatewayError
 from .exchange import Principal
+from .ops import health
 from .ops.accesslog import AccessLog
 from .ops.metrics import Metrics
 from .routing import BackendState, Router
@@ -193,44 +194,8 @@ class Gateway:
     async def probe(self, name: str) -> None:
         state = self.backends.get(name)
         client = self.clients.get(name)
-        if state is None or client is None:
-            return
-        try:
-            doc = await client.get_json("/models", timeout_s=min(5.0, state.cfg.health_interval_s))
-            lens = {}
-            for m in doc.get("data", []) if isinstance(doc, dict) else []:
-                if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
-                    lens[str(m.get("id"))] = m["max_model_len"]
-            state.model_lens = lens
-            if state.cfg.kind == "vllm":
-                await self._leak_check(state, client)
-            if not state.up:
-                log.warning("backend %s is up again", name)
-            state.up, state.last_error = True, None
-        except GatewayError as err:
-            if state.up:
-                log.warning("backend %s is down: %s", name, err.message)
-            state.up, state.last_error = False, err.message
-
-    async def _leak_check(self, state: BackendState, client: UpstreamClient) -> None:
-        """Compare our slot count with vLLM's own count of running sequences. More running there
-        than we hold means generations nobody is waiting for (or another client of the backend);
-        it is reported on /admin/requests and /metrics, never acted on blindly."""
-        try:
-            text = await client.get_text("/metrics", timeout_s=2.0)
-        except GatewayError:
-            state.upstream_running = None
-            return
-        running = 0.0
-        found = False
-        for line in text.splitlines():
-            if line.startswith("vllm:num_requests_running"):
-                try:
-                    running += float(line.rsplit(" ", 1)[1])
-                    found = True
-                except ValueError:
-                    pass
-        state.upstream_running = int(running) if found else None
+        if state is not None and client is not None:
+            await health.probe(state, client)
 
     async def _probe_loop(self, name: str) -> None:
         while name in self.backends:
