@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 from aiohttp import web
 
@@ -34,6 +34,8 @@ from .upstream import UpstreamClient
 
 log = logging.getLogger("homelab_frontend")
 GATEWAY = web.AppKey("gateway", object)
+T = TypeVar("T")
+OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 Handler = Callable[[web.Request, "Gateway", Tracked], Awaitable[web.StreamResponse]]
 
@@ -160,6 +162,19 @@ class Gateway:
                                    "(limits.max_body_bytes)")
             chunks.append(chunk)
         return b"".join(chunks)
+
+    async def parse(self, body: bytes, parse: Callable[[bytes], T]) -> T:
+        """The limits check and the dialect's parse of a request body. A large body is handled
+        on a worker thread: its decode and depth walk take long enough (seconds, for megabytes
+        of tiny arrays) that on the event loop they would stall every running stream."""
+
+        def work() -> T:
+            limits.check_json(body, self.cfg.limits)
+            return parse(body)
+
+        if len(body) < OFF_LOOP_BYTES:
+            return work()
+        return await asyncio.to_thread(work)
 
     def headers(self, t: Tracked) -> dict[str, str]:
         return {"request-id": t.id, "server-timing": server_timing(t)}

@@ -80,8 +80,7 @@ def model_rewriter(upstream_model: str, client_model: str):
 
 async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
-    check_json(body, gw.cfg.limits)
-    req, client_wants_usage = parse_request(body)
+    req, client_wants_usage = await gw.parse(body, parse_request)
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "openai")

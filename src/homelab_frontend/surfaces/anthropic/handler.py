@@ -100,8 +100,7 @@ def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
 
 async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
-    check_json(body, gw.cfg.limits)
-    req = parse_request(body, signer=gw.signer)
+    req = await gw.parse(body, lambda b: parse_request(b, signer=gw.signer))
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "anthropic")
