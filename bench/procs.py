@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -17,8 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from homelab_frontend.childproc import wait_listening
+
 ROOT = Path(__file__).resolve().parents[1]
-_LISTEN = re.compile(r"listening on (http://[\w.:\[\]-]+)")
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,22 +56,11 @@ class Proc:
         self.url = self._wait_listening(start_timeout)
 
     def _wait_listening(self, timeout: float) -> str:
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        deadline = time.monotonic() + timeout
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.read()
-            if chunk:
-                buf += chunk
-                m = _LISTEN.search(buf.decode(errors="replace"))
-                if m:
-                    return m.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"{self.name} did not start; its log:\n{self.log_tail()}")
+        url = wait_listening(self.proc, timeout)
+        if url is None:
+            self.stop()
+            raise RuntimeError(f"{self.name} did not start; its log:\n{self.log_tail()}")
+        return url
 
     def log_tail(self, n: int = 30) -> str:
         try:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.request
 
 import yaml
 
-_LISTEN = re.compile(r"listening on (http://\S+)")
+from homelab_frontend.childproc import wait_listening
+
 
 
 class Gateway:
@@ -41,22 +40,11 @@ class Gateway:
             yaml.safe_dump(config, f, sort_keys=False)
 
     def _wait_listening(self, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        buf = b""
-        while time.monotonic() < deadline:
-            chunk = self.proc.stdout.read()
-            if chunk:
-                buf += chunk
-                m = _LISTEN.search(buf.decode(errors="replace"))
-                if m:
-                    return m.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"gateway did not start:\n{self.stderr()}")
+        url = wait_listening(self.proc, timeout)
+        if url is None:
+            self.stop()
+            raise RuntimeError(f"gateway did not start:\n{self.stderr()}")
+        return url
 
     def stderr(self) -> str:
         with open(self.stderr_path, "rb") as f:

@@ -94,5 +94,4 @@ async def open_chat(
             ) from None
         if fits >= max_tokens:
             raise
-        ex.t.phase = "connecting"
         return await ex.open("/chat/completions", body(fits), stream=stream)

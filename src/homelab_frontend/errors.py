@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 ErrorKind = Literal[
@@ -49,3 +50,22 @@ class GatewayError(Exception):
         self.status = status if status is not None else DEFAULT_STATUS[kind]
         self.param = param  # the offending field path, e.g. "messages[2].content"
         self.retry_after = retry_after  # seconds, for overloaded / rate_limit
+
+
+_TRACE = re.compile(r"Traceback \(most recent call last\)|\n\s+File \"")
+_ADDR = re.compile(
+    r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+"  # any URL: http://10.0.0.5:8000/v1, redis://...
+    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"  # IPv4, with or without a port
+    r"|\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d+)?"  # [IPv6]:port
+    r"|\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{2,5}\b",  # host.name:port
+    re.IGNORECASE,
+)
+
+
+def clean_message(text: str, limit: int = 1000) -> str:
+    """An upstream's error text, fit for a client: no traceback, no internal address."""
+    m = _TRACE.search(text)
+    if m:
+        text = text[: m.start()].rstrip() or "internal error in the backend"
+    text = _ADDR.sub("<backend>", text)
+    return text[:limit]

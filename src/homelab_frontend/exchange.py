@@ -20,6 +20,7 @@ import time
 from typing import Awaitable, Callable
 
 import aiohttp
+from aiohttp import web
 
 from .errors import GatewayError
 from .routing import BackendState, Route
@@ -58,9 +59,7 @@ class Exchange:
         self.client: UpstreamClient | None = None  # the backend's client, once open
         self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
         self.complete = False  # the upstream answer was read to its end
-        # True while a relay waits for the client to take a write: silence then is the client's
-        # doing, not the backend's, and the watchdog must not blame the backend for it.
-        self.writing = False
+        self.writing = False  # inside send(): see there
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
@@ -96,6 +95,13 @@ class Exchange:
         self.t.upstream_headers = time.monotonic() - t0
         self.t.phase = FIRST_TOKEN if stream else GENERATING
         return self.resp
+
+    async def send(self, out: web.StreamResponse, data: bytes) -> None:
+        """Write to the client. While the write waits for a client that does not read, the
+        silence upstream is the client's doing, and the watchdog must not blame the backend."""
+        self.writing = True
+        await out.write(data)
+        self.writing = False
 
     def first_token(self) -> None:
         self.t.phase = STREAMING
@@ -209,3 +215,9 @@ class _Watchdog:
             await on_idle()
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass  # the client is gone; the handler's own cancellation handles that
+
+
+def client_gone(request: web.Request) -> bool:
+    """The client's connection is closing: a failed write to it was the client leaving."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -18,7 +18,7 @@ from . import config as cfgmod
 from . import limits
 from .auth import Auth
 from .errors import GatewayError
-from .exchange import Principal
+from .exchange import Principal, client_gone
 from .ops import health
 from .ops.accesslog import AccessLog
 from .ops.metrics import Metrics
@@ -271,15 +271,13 @@ def surface(dialect: str, fn: Handler):
         except asyncio.CancelledError:
             own = t.own_cancel_error()
             if own is None:
-                t.outcome = f"cancelled_{t.phase}"
-                t.status = 499
+                _client_left(t)
                 raise
             return _error_answer(request, t, own, render)
         except Exception as exc:
-            if isinstance(exc, ConnectionResetError) and openai_surface.client_gone(request):
+            if isinstance(exc, ConnectionResetError) and client_gone(request):
                 # A write to a client that already left, a moment before aiohttp cancels us.
-                t.outcome = f"cancelled_{t.phase}"
-                t.status = 499
+                _client_left(t)
                 raise asyncio.CancelledError() from None
             log.error("request %s failed:\n%s", t.id, traceback.format_exc())
             err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
@@ -291,6 +289,11 @@ def surface(dialect: str, fn: Handler):
             gw.observe(t, request.path)
 
     return handler
+
+
+def _client_left(t: Tracked) -> None:
+    t.outcome = f"cancelled_{t.phase}"
+    t.status = 499  # nginx's "client closed request": nothing was sent
 
 
 def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -> web.Response:

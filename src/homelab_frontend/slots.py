@@ -107,9 +107,6 @@ class SlotPool:
         self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
         self._grant()
 
-    def waiting(self) -> list[tuple[str, int]]:
-        return [(w.key, p) for p, q in self._queues.items() for d in q.values() for w in d]
-
     # -- the queue ----------------------------------------------------------------------------
 
     def _enqueue(self, w: _Waiter) -> None:

@@ -9,33 +9,15 @@ backend but carry neither its address nor a stack trace.
 from __future__ import annotations
 
 import os
-import re
 from typing import AsyncIterator
 
 import aiohttp
 import msgspec
 
 from .config import Backend
-from .errors import GatewayError
+from .errors import GatewayError, clean_message
 
 _MAX_ERROR_BODY = 64 * 1024
-_TRACE = re.compile(r"Traceback \(most recent call last\)|\n\s+File \"")
-_ADDR = re.compile(
-    r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+"  # any URL: http://10.0.0.5:8000/v1, redis://...
-    r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"  # IPv4, with or without a port
-    r"|\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d+)?"  # [IPv6]:port
-    r"|\b(?:localhost|[a-z0-9-]+(?:\.[a-z0-9-]+)+):\d{2,5}\b",  # host.name:port
-    re.IGNORECASE,
-)
-
-
-def clean_message(text: str, limit: int = 1000) -> str:
-    """An upstream's error text, fit for a client: no traceback, no internal address."""
-    m = _TRACE.search(text)
-    if m:
-        text = text[: m.start()].rstrip() or "internal error in the backend"
-    text = _ADDR.sub("<backend>", text)
-    return text[:limit]
 
 
 def _error_text(raw: bytes) -> str:

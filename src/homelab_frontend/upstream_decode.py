@@ -66,6 +66,7 @@ from .canonical import (
     Usage,
     UpstreamError,
 )
+from .errors import clean_message
 
 __all__ = ["ChunkDecoder", "decode_completion"]
 
@@ -147,13 +148,16 @@ def _error_kind(type_: str | None, code: int | str | None) -> str:
 
 
 def _chunk_error(chunk: _Chunk) -> UpstreamError | None:
+    """An error chunk as an event; its text is cleaned here, at the source, since it is the
+    upstream's own words and goes on to a client (no traceback, no internal address)."""
     err = chunk.error
     if err is not None:
         if isinstance(err, str):
-            return UpstreamError(err or "upstream error")
-        return UpstreamError(err.message or err.type or "upstream error", _error_kind(err.type, err.code))
+            return UpstreamError(clean_message(err or "upstream error"))
+        return UpstreamError(clean_message(err.message or err.type or "upstream error"), _error_kind(err.type, err.code))
     if chunk.object == "error":
-        return UpstreamError(chunk.message or chunk.type or "upstream error", _error_kind(chunk.type, chunk.code))
+        return UpstreamError(clean_message(chunk.message or chunk.type or "upstream error"),
+                             _error_kind(chunk.type, chunk.code))
     return None
 
 

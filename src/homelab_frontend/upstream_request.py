@@ -113,8 +113,6 @@ def build_body(
             )
         if req.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = req.parallel_tool_calls
-    elif req.tool_choice is not None and req.tool_choice.mode == "none":
-        pass  # no tools: nothing to forbid
     if req.user is not None:
         body["user"] = req.user
     _reasoning_controls(req, backend, body)

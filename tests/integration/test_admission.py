@@ -47,7 +47,8 @@ def test_never_more_in_flight_than_slots_and_all_complete(slow_stub):
             assert (b"[DONE]" in raw) if f is _openai else raw.rstrip().endswith(b'{"type":"message_stop"}')
         stats = slow_stub.stats()
         assert stats["max_in_flight"] == 2 and stats["completed"] == 6
-        assert gw.admin()["backends"]["b"] == {**gw.admin()["backends"]["b"], "in_use": 0, "queued": 0}
+        backend = gw.admin()["backends"]["b"]
+        assert (backend["in_use"], backend["queued"]) == (0, 0)
         waits = [r["queue_wait_ms"] for r in gw.access_log() if r["status"] == 200]
         assert sum(1 for w in waits if w and w > 100) >= 2  # some really waited
 
@@ -120,7 +121,7 @@ def test_idle_timeout_midstream(slow_stub):
         status, _, raw = _anthropic(gw, "[stub content=5 delay_ms=1500]")
         events = sse_events(raw)
         assert events[-1][0] == "error" and "silent" in events[-1][1]["error"]["message"]
-        assert events[-1][1]["error"]["type"] == "timeout_error" or events[-1][1]["error"]["type"] == "api_error"
+        assert events[-1][1]["error"]["type"] == "timeout_error"
         wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 0, 2)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,9 +17,10 @@ import time
 
 import pytest
 
+from homelab_frontend.childproc import wait_listening
 from stubproc import free_port, wait_for
 
-pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is part of the Verify commands")
+# No skip when curl is missing: the Verify commands are curl commands (.ci/deps/curl.sh installs it).
 
 LOG = "/tmp/stub-reasoning.log"
 
@@ -33,13 +33,7 @@ def demo():
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        out = b""
-        os.set_blocking(proc.stdout.fileno(), False)
-        while b"listening on" not in out:
-            assert time.monotonic() < deadline and proc.poll() is None, out
-            out += proc.stdout.read() or b""
-            time.sleep(0.05)
+        assert wait_listening(proc, 20), "the demo did not start"
         yield port
     finally:
         proc.send_signal(signal.SIGINT)

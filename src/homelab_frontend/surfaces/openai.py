@@ -18,11 +18,10 @@ import msgspec
 from aiohttp import web
 
 from ..chat import open_chat
-from ..errors import GatewayError
-from ..exchange import Exchange
-from ..limits import check_json
+from ..errors import GatewayError, clean_message
+from ..exchange import Exchange, client_gone
 from ..tracker import Tracked
-from ..upstream import clean_message, sse_payloads
+from ..upstream import sse_payloads
 from .body import decode_object
 from .openai_request import parse_request
 
@@ -61,11 +60,6 @@ _encode = msgspec.json.encode
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
-def client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
 def error_chunk(message: str, kind: str = "api_error") -> bytes:
     return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
 
@@ -98,9 +92,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
             except msgspec.DecodeError:
                 raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
             if info.error is not None:  # an error in a 200 body: not relayed as it is
-                err = info.error
-                msg = err.get("message") if isinstance(err, dict) else err
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(msg))}")
+                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {_error_text(info.error)}")
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
             await out.prepare(request)
             await out.write_eof()
@@ -114,6 +106,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
 async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:
     done = False
     failure: str | None = None
+    failure_type = "api_error"
     first = True
     try:
         async for batch in sse_payloads(upstream.content):
@@ -129,9 +122,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                     failure = "the backend sent a malformed chunk"
                     break
                 if info.error is not None:
-                    err = info.error
-                    msg = err.get("message") if isinstance(err, dict) else str(err)
-                    failure = f"the backend failed mid-stream: {clean_message(str(msg))}"
+                    failure = f"the backend failed mid-stream: {_error_text(info.error)}"
                     break
                 if info.usage is not None:
                     t.tokens_in = info.usage.prompt_tokens
@@ -148,16 +139,12 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                             ex.first_token()
                             # the first token goes out at once, not after the rest of its batch
                             frames.append(b"data: " + rewrite(payload) + b"\n\n")
-                            ex.writing = True
-                            await out.write(b"".join(frames))
-                            ex.writing = False
+                            await ex.send(out, b"".join(frames))
                             frames = []
                             continue
                 frames.append(b"data: " + rewrite(payload) + b"\n\n")
             if frames:
-                ex.writing = True
-                await out.write(b"".join(frames))
-                ex.writing = False
+                await ex.send(out, b"".join(frames))
             if failure:
                 break
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
@@ -170,19 +157,25 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
             raise  # the client went away
         if t.outcome == "ok":
             t.outcome = f"error_{own.kind}"
-        await out.write(error_chunk(own.message, "timeout_error" if own.kind == "timeout" else "api_error"))
-        await out.write_eof()
-        return
+        failure = own.message
+        failure_type = "timeout_error" if own.kind == "timeout" else "api_error"
     if failure is None and not done:
         failure = "the backend ended the stream without finishing it"
     if failure is not None:
-        t.outcome = "error_upstream_midstream"
-        await out.write(error_chunk(failure))
+        if t.outcome == "ok":
+            t.outcome = "error_upstream_midstream"
+        await out.write(error_chunk(failure, failure_type))
         await out.write_eof()
         return
     ex.complete = True
     await out.write(b"data: [DONE]\n\n")
     await out.write_eof()
+
+
+def _error_text(err: object) -> str:
+    """An upstream's in-band error (`{"error": {...}}` or a string), cleaned for a client."""
+    msg = err.get("message") if isinstance(err, dict) else err
+    return clean_message(str(msg))
 
 
 async def models(request: web.Request, gw, t: Tracked) -> web.Response:
@@ -209,8 +202,7 @@ async def models(request: web.Request, gw, t: Tracked) -> web.Response:
 
 async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
-    check_json(body, gw.cfg.limits, counted=())
-    raw = decode_object(body)
+    raw = await gw.parse(body, decode_object)
     model = raw.get("model")
     if not isinstance(model, str) or not model:
         raise GatewayError("invalid_request", "model: required string field is missing", param="model")

@@ -11,7 +11,7 @@ connection alive whenever the upstream is silent for `anthropic.ping_interval_s`
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import aiohttp
 import msgspec
@@ -19,12 +19,11 @@ from aiohttp import web
 
 from ... import canonical as c
 from ...chat import open_chat
-from ...errors import GatewayError
+from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
-from ...limits import check_json
 from ...stopmatch import StopMatcher
 from ...tracker import GENERATING, Tracked
-from ...upstream import clean_message, sse_payloads
+from ...upstream import sse_payloads
 from ...upstream_decode import ChunkDecoder, decode_completion
 from ...upstream_request import build_body
 from ..body import decode_object
@@ -41,10 +40,13 @@ class _Midstream(Exception):
 
 
 async def _stream_events(
-    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None
+    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None,
+    on_first: Callable[[], None] | None = None,
 ) -> AsyncIterator[list[c.Event]]:
     """Batches of canonical events from an upstream SSE body, as they arrive. Ends normally only
-    when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired."""
+    when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired. `on_first` is
+    called at the first generated token, whose batch is yielded at once, without the rest of
+    what arrived with it."""
     decoder = ChunkDecoder()
     first = True
     try:
@@ -53,14 +55,13 @@ async def _stream_events(
             events: list[c.Event] = []
             for payload in batch:
                 got = decoder.feed(payload)
-                if got and type(got[-1]) is c.UpstreamError:  # the decoder puts an error last
-                    got[-1] = _cleaned(got[-1])
                 if matcher is not None:
                     got = [e2 for e in got for e2 in matcher.feed(e)]
                 events.extend(got)
                 if first and any(isinstance(e, _CONTENT) for e in got):
-                    # the first token goes out at once, not after the rest of its batch
                     first = False
+                    if on_first is not None:
+                        on_first()
                     yield events
                     events = []
             if events:
@@ -73,13 +74,6 @@ async def _stream_events(
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         raise _Midstream("the backend closed the connection mid-stream") from None
     raise _Midstream("the backend ended the stream without finishing it")
-
-
-def _cleaned(ev: c.Event) -> c.Event:
-    """An upstream's mid-stream error text reaches the client without tracebacks or addresses."""
-    if isinstance(ev, c.UpstreamError):
-        return msgspec.structs.replace(ev, message=clean_message(ev.message))
-    return ev
 
 
 def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
@@ -135,14 +129,10 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
 
 
 async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder, out, matcher) -> None:
-    first = True
     try:
-        async for events in _stream_events(upstream, ex, matcher):
+        async for events in _stream_events(upstream, ex, matcher, ex.first_token):
             frames = []
             for ev in events:
-                if first and isinstance(ev, _CONTENT):
-                    first = False
-                    ex.first_token()
                 if isinstance(ev, c.Usage):
                     if ev.input_tokens is not None:
                         t.tokens_in = ev.input_tokens
@@ -151,9 +141,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
                     t.tokens_out += 1
                 frames.append(enc.feed(ev))
-            ex.writing = True
-            await out.write(b"".join(frames))
-            ex.writing = False
+            await ex.send(out, b"".join(frames))
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
                 return
@@ -200,11 +188,13 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     """A real count from vLLM's /tokenize (chat template and tools included); other backends
     have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
-    check_json(body, gw.cfg.limits)
-    raw = decode_object(body)
-    if "max_tokens" not in raw:
-        raw["max_tokens"] = 1  # count_tokens takes no max_tokens; the parser wants one
-    req = parse_request(msgspec.json.encode(raw), signer=gw.signer)
+
+    def parse(b: bytes) -> c.Request:
+        raw = decode_object(b)
+        raw.setdefault("max_tokens", 1)  # count_tokens takes no max_tokens; the parser wants one
+        return parse_request(msgspec.json.encode(raw), signer=gw.signer)
+
+    req = await gw.parse(body, parse)
     t.model = req.model
     route = gw.router.resolve(req.model)
     gw.auth.admit(request, route, "anthropic")
