@@ -78,6 +78,18 @@ def test_stream_usage_only_when_asked(client, stubs):
     assert len(text.split()) == 4
 
 
+def test_continuous_usage_stats_reach_a_vllm_backend_when_asked(client, stubs):
+    vllm, _ = stubs
+    stream = client.chat.completions.create(
+        model="reasoning", messages=[{"role": "user", "content": "[stub reasoning=0 content=3]"}], stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+    )
+    chunks = list(stream)
+    assert vllm.requests()[-1]["body"]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    with_content = [ch for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert with_content and all(ch.usage is not None and ch.usage.prompt_tokens > 0 for ch in with_content)
+
+
 def test_sdk_stream_assembles_text(client, stubs):
     stream = client.chat.completions.create(
         model="reasoning", messages=[{"role": "user", "content": "[stub content=6 reasoning=0]"}], stream=True

@@ -74,13 +74,14 @@ def model_rewriter(upstream_model: str, client_model: str):
 
 async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
-    req, client_wants_usage = await gw.parse(body, parse_request)
+    req, usage_opts = await gw.parse(body, parse_request)
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "openai")
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
-        upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=False)
+        # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
+        upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=usage_opts.continuous_usage_stats)
         rewrite = model_rewriter(route.upstream_model, route.client_model)
         if not req.stream:
             raw = await ex.client.read_all(upstream)
@@ -99,7 +100,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
             return out
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
-        await _relay(request, upstream, out, ex, t, rewrite, client_wants_usage)
+        await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out
 
 

@@ -152,8 +152,8 @@ def _tool_choice(tc: Any) -> c.ToolChoice | None:
     return c.ToolChoice("named", fn["name"])
 
 
-def parse_request(body: bytes) -> tuple[c.Request, bool]:
-    """-> (canonical request, whether the client asked for usage in its stream)."""
+def parse_request(body: bytes) -> tuple[c.Request, StreamOptions]:
+    """-> (canonical request, what the client asked of its stream's usage reports)."""
     raw = decode_object(body)
     try:
         w = msgspec.convert(raw, WireRequest)
@@ -189,5 +189,4 @@ def parse_request(body: bytes) -> tuple[c.Request, bool]:
         reasoning_effort=w.reasoning_effort,
         extra=extra,
     )
-    opts = w.stream_options
-    return req, bool(opts and opts.include_usage)
+    return req, w.stream_options or StreamOptions()
