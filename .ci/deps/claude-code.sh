@@ -1,40 +1,62 @@
 #!/usr/bin/env bash
-# Claude Code for tests/e2e/test_claude_code.py: one pinned release from the npm registry into
-# the project-local, gitignored .cache/claude-code. A no-op when that release is already there.
+# Claude Code for tests/e2e/test_claude_code.py: the pinned releases from the npm registry, each
+# into its own directory under the project-local, gitignored .cache/claude-code/<version>.
+# A no-op for a release that is already there.
 #
-# Why 2.1.197: it is the newest release whose `engines` admits the machine's Node 20 (>= 18; from
-# 2.1.198 on it is >= 22), and it sends what current Claude Code sends (claude-opus-4-8 with
-# max_tokens 64000, `role: system` inside `messages`, adaptive thinking, effort, context
-# management). Since 2.1.113 the package is a launcher whose postinstall (node install.cjs) puts
-# the platform's native binary (an optional dependency, ~245 MB on linux-x64) in place of
-# bin/claude.exe; Node runs only that install step.
+# NEWEST (2.1.332) is the newest release when this was last pinned: what a new user installs today
+# (claude-opus-5-5, deferred tools with ToolSearch, `<total_tokens>` system turns after tool
+# results, thinking display "omitted"). OLDEST (2.1.197) is the oldest release we support: the
+# newest whose `engines` still admits Node 20, the first pinned one. Since 2.1.113 the package is
+# a launcher whose postinstall (node install.cjs) puts the platform's native binary (an optional
+# dependency, ~245 MB on linux-x64) in place of bin/claude.exe; Node runs only that install step,
+# so a release whose `engines` asks for Node 22 still runs here (npm only warns).
+#
+#   claude-code.sh            install every pinned release
+#   claude-code.sh --versions print the pinned releases, newest first (the tests read this)
 set -euo pipefail
-VERSION=2.1.197
+NEWEST=2.1.332
+OLDEST=2.1.197
+VERSIONS="$NEWEST $OLDEST"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-DEST="$ROOT/.cache/claude-code"
-PKG="$DEST/node_modules/@anthropic-ai/claude-code"
-BIN="$DEST/node_modules/.bin/claude"
 
-installed() {
-  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q "^$VERSION "
-}
-
-if installed; then
+if [ "${1:-}" = "--versions" ]; then
+  echo "$VERSIONS"
   exit 0
 fi
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  apt-get update
-  apt-get install -y --no-install-recommends nodejs npm
-fi
+bin_of() { echo "$ROOT/.cache/claude-code/$1/node_modules/.bin/claude"; }
 
-mkdir -p "$DEST"
-npm install --prefix "$DEST" --no-save --no-audit --no-fund --include=optional \
-  "@anthropic-ai/claude-code@$VERSION"
-# npm may hold dependency install scripts back (ignore-scripts, script approvals): then the
-# launcher is still the placeholder, and the postinstall is run here by hand.
-if ! installed && [ -f "$PKG/install.cjs" ]; then
-  (cd "$PKG" && node install.cjs)
-fi
-installed || { echo "claude-code.sh: @anthropic-ai/claude-code@$VERSION did not install into $DEST" >&2; exit 1; }
-echo "claude-code.sh: installed $("$BIN" --version) into $DEST"
+installed() {
+  local bin
+  bin="$(bin_of "$1")"
+  [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "^$1 "
+}
+
+install_one() {
+  local version="$1" dest="$ROOT/.cache/claude-code/$1"
+  local pkg="$dest/node_modules/@anthropic-ai/claude-code"
+  if installed "$version"; then
+    return 0
+  fi
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    apt-get update
+    apt-get install -y --no-install-recommends nodejs npm
+  fi
+  mkdir -p "$dest"
+  npm install --prefix "$dest" --no-save --no-audit --no-fund --include=optional \
+    "@anthropic-ai/claude-code@$version"
+  # npm may hold dependency install scripts back (ignore-scripts, script approvals): then the
+  # launcher is still the placeholder, and the postinstall is run here by hand.
+  if ! installed "$version" && [ -f "$pkg/install.cjs" ]; then
+    (cd "$pkg" && node install.cjs)
+  fi
+  installed "$version" || {
+    echo "claude-code.sh: @anthropic-ai/claude-code@$version did not install into $dest" >&2
+    exit 1
+  }
+  echo "claude-code.sh: installed $("$(bin_of "$version")" --version) into $dest"
+}
+
+for v in $VERSIONS; do
+  install_one "$v"
+done

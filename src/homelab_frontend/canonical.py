@@ -75,6 +75,9 @@ class Request(msgspec.Struct):
     reasoning_effort: str | None = None
     # False: the client asked for no reasoning. None: the client did not say.
     reasoning_enabled: bool | None = None
+    # True: the client wants the reasoning done but not shown (Anthropic thinking.display
+    # "omitted"); the surface hands it back sealed, so it can still go upstream next turn.
+    reasoning_hidden: bool = False
     # OpenAI-surface parameters that have no canonical meaning but are safe to pass on
     # (seed, response_format, logprobs, ...): an allow-list in the OpenAI surface fills this.
     extra: dict = msgspec.field(default_factory=dict)

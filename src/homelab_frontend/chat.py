@@ -61,6 +61,7 @@ async def open_chat(
             max_tokens=mt,
             send_stop=send_stop,
             continuous_usage=continuous_usage,
+            system_turns=ex.route.system_turns,
         )
 
     payload = body(max_tokens)

@@ -60,6 +60,10 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     backends: list[str] | None = None
     upstream_model: str | None = None  # default: the client name
     max_model_len: int | None = None
+    # System turns after the first non-system message: merged into the neighbouring user/tool
+    # message (every chat template accepts that), or sent as they are (templates that render
+    # them in place, e.g. Qwen2.5, Llama 3.1). See system_turns.py.
+    system_turns: Literal["merge", "native"] = "merge"
 
     def backend_names(self) -> list[str]:
         if self.backends:

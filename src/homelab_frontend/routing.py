@@ -33,6 +33,7 @@ class Route:
     upstream_model: str
     backends: tuple[BackendState, ...]
     max_model_len: int | None
+    system_turns: str = "merge"  # config.Model.system_turns
 
     def choose(self) -> BackendState:
         """The backend with the most free slots (then the shortest queue) among those up.
@@ -89,6 +90,7 @@ class Router:
             upstream_model=m.upstream_model or name,
             backends=tuple(self.backends[b] for b in m.backend_names()),
             max_model_len=m.max_model_len,
+            system_turns=m.system_turns,
         )
         if len(self._cache) < 4096:  # client names are unbounded input: cap the memo
             self._cache[client_model] = route

@@ -11,6 +11,7 @@ import msgspec
 
 from . import canonical as c
 from .config import Backend
+from .system_turns import SystemTurns, place
 
 _encode = msgspec.json.Encoder().encode
 
@@ -49,21 +50,6 @@ def _message(m: c.Message) -> dict:
     return msg
 
 
-def _merge_system(messages: list[dict]) -> list[dict]:
-    """Chat templates (Qwen, DeepSeek, Llama) accept one system message, first. Leading system
-    entries are joined; a later one (Claude Code puts one inside `messages`) stays in place."""
-    if len(messages) > 1 and messages[0]["role"] == "system" and messages[1]["role"] == "system":
-        head = [messages[0]]
-        i = 1
-        while i < len(messages) and messages[i]["role"] == "system" and isinstance(
-            messages[i]["content"], str
-        ) and isinstance(head[0]["content"], str):
-            head[0] = {"role": "system", "content": head[0]["content"] + "\n\n" + messages[i]["content"]}
-            i += 1
-        return head + messages[i:]
-    return messages
-
-
 def build_body(
     req: c.Request,
     *,
@@ -73,10 +59,12 @@ def build_body(
     max_tokens: int | None,
     send_stop: bool = True,
     continuous_usage: bool = False,
+    system_turns: SystemTurns = "merge",
 ) -> bytes:
     body: dict = {
         "model": upstream_model,
-        "messages": _merge_system([_message(m) for m in req.messages]),
+        # one leading system message; later system turns merged in place (system_turns.py)
+        "messages": place([_message(m) for m in req.messages], system_turns),
     }
     if stream:
         body["stream"] = True

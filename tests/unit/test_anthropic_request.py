@@ -598,6 +598,7 @@ def test_tool_result_with_images_documents_and_tool_references() -> None:
         c.TextPart("screenshot:"),
         c.ImagePart("data:image/jpeg;base64,AAA"),
         c.TextPart("log"),
+        c.TextPart("Tool loaded: Read"),  # named to the model, never dropped without a trace
     ]
 
 

@@ -67,8 +67,14 @@ def test_history_with_tool_calls_reasoning_images_and_tool_results():
     assert m[1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     assert m[2] == {"role": "assistant", "content": None, "reasoning": "because",
                     "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": '{"x":1}'}}]}
-    assert m[3] == {"role": "tool", "tool_call_id": "t1", "content": "out\n[image]"}
-    assert m[4] == {"role": "system", "content": "late"}  # a later system message stays in place
+    # by default a later system message is merged, wrapped, into the message before it
+    assert m[3] == {"role": "tool", "tool_call_id": "t1", "content": "out\n[image]\n\n<system>\nlate\n</system>"}
+    assert len(m) == 4
+    # kept native (system_turns: native), it stays in place
+    native = body(r, system_turns="native")["messages"]
+    assert native[:3] == m[:3]
+    assert native[3] == {"role": "tool", "tool_call_id": "t1", "content": "out\n[image]"}
+    assert native[4] == {"role": "system", "content": "late"}
 
 
 def test_reasoning_controls_per_backend():

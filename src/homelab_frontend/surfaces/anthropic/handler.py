@@ -201,7 +201,8 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     backend = route.choose()
     t.backend = backend.name
     chat = msgspec.json.decode(
-        build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None)
+        build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None,
+                   system_turns=route.system_turns)
     )
     count = None
     if backend.cfg.kind == "vllm":

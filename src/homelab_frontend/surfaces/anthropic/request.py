@@ -33,8 +33,11 @@ Content blocks
     (OpenAI wants tool messages right after the assistant's tool calls); its content is a string or
     text/image/document blocks; `is_error: true` prefixes the text with "[tool error] " so the
     model can see the call failed (no upstream has an error flag on tool messages); images stay
-    parts of the tool message; `tool_reference` items (tool search) are dropped.
-    thinking (assistant) -> Message.reasoning only if `signer.verify` says the gateway signed it;
+    parts of the tool message; a `tool_reference` item (tool search: Claude Code's ToolSearch
+    answers with them) becomes the text "Tool loaded: NAME" and loads that deferred tool (below).
+    thinking (assistant) -> Message.reasoning only if `signer.verify` says the gateway signed it
+    (or, for an empty block from display "omitted", if `signer.unseal` restores it from the
+    signature);
     otherwise dropped, because a forged or foreign (e.g. real-Claude) block must not be replayed to
     our model as *its own* reasoning, and it must never turn into visible text either. Several
     verified blocks in one message are joined with "\\n\\n".
@@ -49,7 +52,10 @@ Content blocks
 Tools
     `{name, description?, input_schema}` -> Tool(parameters=input_schema). A tool without an
     `input_schema` whose `type` is not `custom` is an Anthropic server tool (`web_search_20250305`,
-    `bash_20250124`, `text_editor_...`): dropped. If no tool is left, `tool_choice` and
+    `bash_20250124`, `text_editor_...`): dropped. A `defer_loading: true` tool is sent upstream only
+    once a `tool_reference` naming it is somewhere in the conversation (Anthropic's tool search:
+    until then the model knows only its name), so Claude Code's `DeferredToolPlaceholder` ("never
+    call this tool") and the deferred tools it has not loaded never reach the model. If no tool is left, `tool_choice` and
     `disable_parallel_tool_use` are dropped too (upstreams reject a tool_choice without tools).
     tool_choice auto/any/tool/none -> auto/required/named/none; a named tool must be among the
     (kept) tools. `disable_parallel_tool_use: true` -> parallel_tool_calls False; false or absent ->
@@ -63,6 +69,8 @@ Reasoning
     thinking enabled -> reasoning_enabled True and an effort from `budget_tokens`: < 4096 low,
     < 16384 medium, else high (the budgets Claude Code uses for think / think hard / ultrathink fall
     in those three bands). adaptive -> True (effort only if `output_config.effort` says).
+    `display: "omitted"` (with enabled or adaptive) -> reasoning_hidden: the answer's thinking
+    blocks have empty text and a sealed signature that carries the reasoning back next turn.
     disabled -> False, and no effort is passed on (some upstreams switch reasoning on when they see
     one). `output_config.effort` low/medium/high -> same; max/xhigh -> high; it wins over the
     budget. Malformed or unknown `thinking` / `effort` values are ignored, never an error.
@@ -111,7 +119,7 @@ class _WDocument(msgspec.Struct, tag="document"):
 
 
 class _WToolReference(msgspec.Struct, tag="tool_reference"):
-    pass
+    tool_name: str
 
 
 _WToolResultItem = _WText | _WImage | _WDocument | _WToolReference
@@ -178,6 +186,7 @@ class _WTool(msgspec.Struct):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     type: str | None = None
+    defer_loading: bool | None = None
 
 
 class _WToolChoice(msgspec.Struct):
@@ -289,6 +298,8 @@ def _from_validation_error(exc: msgspec.ValidationError) -> GatewayError:
 _BILLING_HEADER = "x-anthropic-billing-header"
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high", "xhigh": "high"}
 _TOOL_ERROR_PREFIX = "[tool error] "
+# What the model reads for a tool_reference: the tool's definition itself is in `tools` from now on.
+_TOOL_LOADED = "Tool loaded: {}"
 
 
 def parse_request(body: bytes, *, signer: ThinkingSigner) -> c.Request:
@@ -324,6 +335,7 @@ class _Translator:
             raise _invalid("messages", "must be a non-empty list of messages")
 
         messages: list[c.Message] = []
+        self._loaded: set[str] = set()  # tool names a tool_reference in the conversation loaded
         system = self._system_text(w.system)
         if system:
             messages.append(c.Message(role="system", parts=[c.TextPart(system)]))
@@ -335,6 +347,9 @@ class _Translator:
         tools = self._tools(w.tools)
         tool_choice, parallel = self._tool_choice(w.tool_choice, tools)
         enabled, effort = self._reasoning(w.thinking, w.output_config)
+        hidden = (
+            enabled is True and isinstance(w.thinking, dict) and w.thinking.get("display") == "omitted"
+        )
 
         if w.temperature is not None and not w.temperature >= 0:
             raise _invalid("temperature", f"must be >= 0, got {w.temperature}")
@@ -368,6 +383,7 @@ class _Translator:
             user=w.metadata.user_id if w.metadata is not None else None,
             reasoning_effort=effort,
             reasoning_enabled=enabled,
+            reasoning_hidden=hidden,
             extra=extra,
         )
 
@@ -487,6 +503,10 @@ class _Translator:
             elif isinstance(block, _WThinking):
                 if block.thinking and self._verified(block.thinking, block.signature):
                     reasoning.append(block.thinking)
+                elif not block.thinking:  # display "omitted": the reasoning rides in the signature
+                    sealed = self._signer.unseal(block.signature)
+                    if sealed:
+                        reasoning.append(sealed)
             elif _is_dropped(block):
                 continue
             else:
@@ -563,7 +583,11 @@ class _Translator:
                     parts.append(self._image(item, ipath))
                 elif isinstance(item, _WDocument):
                     parts.append(self._document(item, ipath))
-                # _WToolReference: dropped
+                elif isinstance(item, _WToolReference):
+                    if not item.tool_name:
+                        raise _invalid(f"{ipath}.tool_name", "must be a non-empty string")
+                    self._loaded.add(item.tool_name)
+                    parts.append(c.TextPart(_TOOL_LOADED.format(item.tool_name)))
         if block.is_error:
             if parts and isinstance(parts[0], c.TextPart):
                 parts[0] = c.TextPart(_TOOL_ERROR_PREFIX + parts[0].text)
@@ -573,8 +597,7 @@ class _Translator:
 
     # -- tools ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def _tools(wire: list[_WTool] | None) -> list[c.Tool]:
+    def _tools(self, wire: list[_WTool] | None) -> list[c.Tool]:
         tools: list[c.Tool] = []
         for i, t in enumerate(wire or ()):
             path = f"tools[{i}]"
@@ -584,6 +607,8 @@ class _Translator:
                 raise _invalid(f"{path}.input_schema", "required field is missing")
             if not t.name:
                 raise _invalid(f"{path}.name", "must be a non-empty string")
+            if t.defer_loading and t.name not in self._loaded:
+                continue  # deferred, and no tool_reference has loaded it yet
             tools.append(c.Tool(name=t.name, description=t.description, parameters=t.input_schema))
         return tools
 
