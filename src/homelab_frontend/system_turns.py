@@ -21,9 +21,11 @@ never changes when later turns are added:
     `<system>...</system>` so the model can tell it from what the user or the tool said (after
     tool results that is the last tool message: a user message there would break the templates
     that require user/assistant alternation around tool calls, Mistral's);
-  - one after an assistant message waits for the next user or tool message and goes first in
-    it; if none comes (the conversation ends there, or an assistant follows) it is a user
-    message of its own.
+  - one after an assistant message goes first in the next user message; if none follows (the
+    conversation ends there, or an assistant follows) it is a user message of its own, which a
+    later user message continues. Between an assistant's tool calls and their results (tool
+    messages must follow the calls; the Anthropic surface already moves such a turn to after the
+    results) it goes first in the first tool message: the one case decided by what follows.
 """
 
 from __future__ import annotations

@@ -161,6 +161,26 @@ def test_agent_calls_bash_then_reports_the_result():
     assert plan_for(user("no tools"), agent=True).tool_call is None
 
 
+def test_agent_looks_past_trailing_system_messages_for_the_tool_result():
+    """Claude Code puts a `<total_tokens>` system turn after each tool result; kept native, it
+    is the last message. The agent must still see its call answered (else: the call forever)."""
+    body = {
+        "messages": [
+            {"role": "user", "content": "do it"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function", "function": CALL}]},
+            {"role": "tool", "tool_call_id": "1", "content": "hello-from-tool"},
+            {"role": "system", "content": "<total_tokens>1000 tokens left</total_tokens>"},
+            {"role": "system", "content": "more"},
+        ],
+        "tools": BASH,
+    }
+    plan = plan_for(body, agent=True)
+    assert plan.tool_call is None
+    assert "".join(plan.content) == "The tool said: hello-from-tool"
+    # Only system messages: nothing to answer but the (absent) user, as before.
+    assert plan_for({"messages": [{"role": "system", "content": "s"}], "tools": BASH}, agent=True).tool_call is not None
+
+
 # -- timelines --
 
 

@@ -289,6 +289,13 @@ def _named_choice(tool_choice: Any) -> str | None:
     return None
 
 
+def _last_non_system(messages: Any) -> dict:
+    for message in reversed(messages if isinstance(messages, list) else ()):
+        if not (isinstance(message, dict) and message.get("role") == "system"):
+            return message if isinstance(message, dict) else {}
+    return {}
+
+
 def make_plan(
     body: dict,
     directives: Directives,
@@ -307,7 +314,9 @@ def make_plan(
     tool_choice = body.get("tool_choice") if honour_tool_choice else None
     tools_allowed = bool(names) and tool_choice != "none"
     agent = agent_enabled or directives.agent
-    last = messages[-1] if isinstance(messages, list) and messages else {}
+    # System turns after a tool result (Claude Code's `<total_tokens>`, sent native) are not
+    # what the agent answers: it looks past them for the tool result.
+    last = _last_non_system(messages)
     last_role = last.get("role") if isinstance(last, dict) else None
 
     def reasoning(default_count: int) -> tuple[str, ...]:

@@ -115,7 +115,8 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
         enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer,
-                                     input_tokens=_estimated_input_tokens(body, req))
+                                     input_tokens=_estimated_input_tokens(body, req),
+                                     hide_reasoning=req.reasoning_hidden)
         ex.on_idle = lambda: out.write(enc.ping())
         try:
             await _relay(upstream, ex, t, enc, out, matcher)
@@ -157,7 +158,8 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
 
 
 async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher) -> dict:
-    asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer)
+    asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer,
+                           hide_reasoning=req.reasoning_hidden)
     if matcher is None:
         upstream = await open_chat(ex, req, stream=False)
         raw = await ex.client.read_all(upstream)

@@ -18,6 +18,8 @@ Blocks
     A tool's argument fragments go to its own block by tool index wherever they arrive (vLLM may
     put a content delta between fragments of one call). Each thinking block carries
     `signature = signer.sign(thinking)`, so the gateway recognises it when it comes back in history.
+    With `hide_reasoning` (thinking.display "omitted") a thinking block has empty text and
+    `signature = signer.seal(thinking)`: the reasoning goes back upstream next turn from there.
 Empty and blank blocks
     Empty reasoning gives no thinking block. Blocks holding only whitespace (R1-style models often
     send "\\n\\n" of content after their reasoning, or between tool calls) are dropped when the
@@ -112,7 +114,10 @@ class _Tool:
 
 
 class MessageAssembler:
-    def __init__(self, *, message_id: str, model: str, signer: ThinkingSigner) -> None:
+    def __init__(
+        self, *, message_id: str, model: str, signer: ThinkingSigner, hide_reasoning: bool = False
+    ) -> None:
+        self._hide = hide_reasoning
         self._id = message_id
         self._model = model
         self._signer = signer
@@ -220,7 +225,9 @@ class MessageAssembler:
         seen_ids: set[str] = set()
         for kind, v in merged:
             if kind == "thinking":
-                if v:
+                if v and self._hide:
+                    content.append({"type": "thinking", "thinking": "", "signature": self._signer.seal(v)})
+                elif v:
                     content.append(
                         {"type": "thinking", "thinking": v, "signature": self._signer.sign(v)}
                     )

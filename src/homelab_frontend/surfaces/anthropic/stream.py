@@ -71,7 +71,9 @@ Choices (and why)
   `dropped_tool_args` so the I/O layer can log it. Arguments for an index never started likewise.
 * Thinking signatures: `signer.begin()` at block open, `mac.update()` with each thinking delta
   (the text is never accumulated), `signature_delta` with `signer.finish(mac)` right before the
-  block's content_block_stop.
+  block's content_block_stop. With `hide_reasoning` (the client sent thinking.display "omitted")
+  a thinking block gets no thinking_delta at all: its text is kept (one generation's worth) and
+  sealed into the signature (`signer.seal`), which is how it goes back upstream next turn.
 * Tool ids: the upstream id is passed through when it is a valid Anthropic id
   (`^[A-Za-z0-9_-]{1,128}$`: vLLM's `chatcmpl-tool-...`, Ollama's `call_...` are), because the
   upstream model's chat template may check the ids it generated when the history comes back
@@ -335,6 +337,8 @@ class AnthropicStreamEncoder:
         "_finish_seen",
         "_index",
         "_mac",
+        "_hide",
+        "_hidden",
         "_tool_index",
         "_tool_has_args",
         "_held_ws",
@@ -350,6 +354,7 @@ class AnthropicStreamEncoder:
         signer: ThinkingSigner,
         input_tokens: int | None = None,
         new_tool_id: Callable[[], str] = _new_tool_id,
+        hide_reasoning: bool = False,
     ) -> None:
         self.message_id = message_id
         self.model = model
@@ -367,6 +372,8 @@ class AnthropicStreamEncoder:
         self._finish_seen = False
         self._index = -1  # index of the last block opened
         self._mac = None  # the open thinking block's MAC
+        self._hide = hide_reasoning
+        self._hidden: list[str] = []  # the open thinking block's text, when it is not shown
         self._tool_index = -1  # canonical index of the open tool call
         self._tool_has_args = False
         self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
@@ -505,6 +512,9 @@ class AnthropicStreamEncoder:
         # the payload as a JSON string, and a fixed tail; the same bytes as encoding a
         # _BlockDelta, without building two structs per token.
         if self.state is THINKING:
+            if self._hide:
+                self._hidden.append(payload)
+                return b""
             self._mac.update(payload.encode())
         return self._delta_head + _encode(payload) + _DELTA_TAIL
 
@@ -537,7 +547,11 @@ class AnthropicStreamEncoder:
             return b""
         out = b""
         if state is THINKING:
-            sig = _SignatureDelta(self._signer.finish(self._mac))
+            if self._hide:
+                sig = _SignatureDelta(self._signer.seal("".join(self._hidden)))
+                self._hidden = []
+            else:
+                sig = _SignatureDelta(self._signer.finish(self._mac))
             self._mac = None
             out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, sig)) + _END
         elif state is TOOL:
