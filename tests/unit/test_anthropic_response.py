@@ -406,3 +406,19 @@ def test_fuzz_event_sequences(evs: list[c.Event], fail: bool) -> None:
         pass  # the string is whatever the Finish carried (may be null if the upstream said none)
     else:
         assert body["stop_sequence"] is None
+
+
+def test_hidden_thinking_is_empty_and_its_sealed_signature_round_trips() -> None:
+    asm = MessageAssembler(message_id="msg_test", model="reasoning", signer=SIGNER, hide_reasoning=True)
+    for ev in (c.ReasoningDelta("step 1; "), c.ReasoningDelta("step 2"), c.TextDelta("42"), c.Finish("stop"), USAGE):
+        asm.feed(ev)
+    body = asm.result()
+    check_body(body)
+    thinking = body["content"][0]
+    assert thinking["type"] == "thinking" and thinking["thinking"] == ""
+    assert "step" not in json.dumps(body)
+    request = {"model": "reasoning", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "q"}, {"role": "assistant", "content": body["content"]},
+        {"role": "user", "content": "and?"}]}
+    assert parse_request(json.dumps(request).encode(), signer=SIGNER).messages[1].reasoning == "step 1; step 2"
+    assert parse_request(json.dumps(request).encode(), signer=ThinkingSigner(b"other")).messages[1].reasoning is None

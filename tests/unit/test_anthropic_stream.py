@@ -901,3 +901,30 @@ def test_check_stream_accepts_the_good_stream():
 def test_check_stream_rejects(raw, why):
     with pytest.raises(AssertionError):
         check_stream(raw, model=MODEL)
+
+
+# -- thinking display "omitted" -----------------------------------------------------------------
+
+
+def test_hidden_reasoning_streams_an_empty_thinking_block_whose_signature_restores_it():
+    events = [ReasoningDelta("Let me "), ReasoningDelta("ponder."), TextDelta("Hi"), Finish("stop")]
+    raw = encode(events, hide_reasoning=True)
+    checked = check_stream(raw, model=MODEL)
+    assert not [e for e in checked if e.get("delta", {}).get("type") == "thinking_delta"]
+    msg = assemble(checked)
+    thinking, text = msg["content"]
+    assert thinking["type"] == "thinking" and thinking["thinking"] == ""
+    assert "ponder" not in raw.decode()  # the reasoning is nowhere on the wire in the clear
+    assert SIGNER.unseal(thinking["signature"]) == "Let me ponder."
+    assert text == {"type": "text", "text": "Hi"}
+    final = sdk_final_message(raw)  # the official SDK accepts it as a thinking block
+    assert final.content[0].type == "thinking" and final.content[0].thinking == ""
+    # shown (the default), the same stream carries the text and a plain signature
+    shown = assemble(check_stream(encode(events), model=MODEL))["content"][0]
+    assert shown["thinking"] == "Let me ponder." and SIGNER.verify("Let me ponder.", shown["signature"])
+
+
+def test_hidden_reasoning_blocks_each_seal_their_own_text():
+    events = [ReasoningDelta("one"), TextDelta("a"), ReasoningDelta("two"), TextDelta("b"), Finish("stop")]
+    blocks = assemble(check_stream(encode(events, hide_reasoning=True), model=MODEL))["content"]
+    assert [SIGNER.unseal(b["signature"]) for b in blocks if b["type"] == "thinking"] == ["one", "two"]

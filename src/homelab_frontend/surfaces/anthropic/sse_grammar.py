@@ -15,7 +15,8 @@ Order
     `message_delta`.
   * Each block has >= 1 content delta; the delta type matches the block: text -> text_delta
     (non-empty), thinking -> thinking_delta (non-empty) then exactly one signature_delta (non-empty)
-    as its last delta, tool_use -> input_json_delta (an empty partial_json is allowed, as
+    as its last delta (with thinking display "omitted", the signature_delta alone: Anthropic
+    sends no thinking text then, and the signature carries the reasoning), tool_use -> input_json_delta (an empty partial_json is allowed, as
     Anthropic sends one).
   * `message_delta` once, after all blocks; then `message_stop` once, as the last frame.
   * After `error`: nothing (no message_stop). A complete stream ends with message_stop or error
@@ -182,7 +183,7 @@ def check_stream(raw: bytes, *, model: str | None = None, complete: bool = True)
                 _fail(n, "content_block_stop with no open block")
             if obj.get("index") != open_block["index"]:
                 _fail(n, f"content_block_stop for index {obj.get('index')!r}, open block is {open_block['index']}")
-            if open_block["deltas"] == 0:
+            if open_block["deltas"] == 0 and not open_block["signed"]:  # signed: display omitted
                 _fail(n, f"{open_block['type']} block {open_block['index']} closed without any content delta")
             if open_block["type"] == "thinking" and not open_block["signed"]:
                 _fail(n, f"thinking block {open_block['index']} closed without a signature_delta")
@@ -262,8 +263,6 @@ def _check_delta(n: int, block: dict, d: object) -> None:
     if t == "signature_delta":
         if btype != "thinking":
             _fail(n, f"signature_delta in a {btype} block")
-        if block["deltas"] == 0:
-            _fail(n, "signature_delta before any thinking_delta")
         if not (isinstance(d.get("signature"), str) and d["signature"]):
             _fail(n, "signature_delta.signature is not a non-empty string")
         block["signed"] = True
