@@ -1,10 +1,17 @@
 """Opening an upstream chat completion for a canonical request: body, context clamp, retry.
 
-Claude Code asks for `max_tokens` up to 64000 whatever the model; vLLM answers 400 when prompt +
+Claude Code asks for `max_tokens` up to 128000 whatever the model; vLLM answers 400 when prompt +
 max_tokens exceeds its context. The gateway clamps to the model's context length (config, or the
-backend's /v1/models `max_model_len`) less a low estimate of the prompt, and when vLLM still
-refuses and says how long the prompt is, retries once with exactly what fits, before a single
-byte has gone to the client.
+backend's /v1/models `max_model_len`) less the prompt, right the first time:
+- when even a high estimate of the prompt (one token per 2 bytes of body, images left out) leaves
+  room for `max_tokens`, nothing is clamped and nothing is counted;
+- otherwise a backend with a tokenizer endpoint (vLLM, llama.cpp: prompt_count.py) counts the
+  prompt exactly, and `max_tokens` becomes at most the context less that count;
+- without one (or when it fails), the clamp uses a low estimate (one token per 8 bytes), so it
+  never takes away room the model really has.
+When vLLM still refuses and says how long the prompt is, the gateway retries once with exactly
+what fits, before a single byte has gone to the client. Each clamp and retry is counted
+(`hlf_context_clamps_total{how="tokenizer"|"estimate"|"retry"}`), so a retry on every turn shows.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ from __future__ import annotations
 import re
 
 import aiohttp
+import msgspec
 
 from . import canonical as c
 from .errors import GatewayError
 from .exchange import Exchange
+from .prompt_count import can_count, count_prompt
 from .upstream_request import build_body
 
 # Both wordings vLLM has used for the same refusal.
@@ -65,17 +74,30 @@ async def open_chat(
         )
 
     payload = body(max_tokens)
-    if ctx is not None and max_tokens is not None:
-        # A prompt is rarely under one token per 8 bytes of JSON: a low estimate, so the clamp
-        # never takes away room the model really has; the retry below covers the rest. Image
-        # data is not prompt text (a vision model spends a few hundred tokens on an image): counted
-        # as text, one 80 kB screenshot would clamp the answer to a single token.
-        room = max(1, ctx - len(payload) // 8)
-        if max_tokens > room:  # only then is it worth a walk over the messages
-            room = max(1, ctx - (len(payload) - _image_bytes(req)) // 8)
-        if max_tokens > room:
-            max_tokens = room
-            payload = body(max_tokens)
+    if ctx is not None and max_tokens is not None and max_tokens > ctx - len(payload) // 2:
+        # Image data is not prompt text (a vision model spends a few hundred tokens on an
+        # image): counted as text, one 80 kB screenshot would clamp the answer to one token.
+        text_bytes = len(payload) - _image_bytes(req)
+        if max_tokens > ctx - text_bytes // 2:  # even a high estimate may not leave the room
+            prompt = None
+            if can_count(backend.cfg.kind):
+                prompt = await count_prompt(
+                    ex.clients[backend.name], backend.cfg.kind, msgspec.json.decode(payload),
+                    timeout_s=min(10.0, backend.cfg.timeouts.first_token_s),
+                )
+            if prompt is not None:
+                ex.t.clamp = "tokenizer"
+                if prompt >= ctx:
+                    raise _no_room(ex, prompt, ctx)
+                room = ctx - prompt
+            else:
+                # A prompt is rarely under one token per 8 bytes of JSON: a low estimate, so
+                # the clamp never takes away room the model really has; the retry covers the rest.
+                ex.t.clamp = "estimate"
+                room = max(1, ctx - text_bytes // 8)
+            if max_tokens > room:
+                max_tokens = room
+                payload = body(max_tokens)
     try:
         return await ex.open("/chat/completions", payload, stream=stream)
     except GatewayError as err:
@@ -87,12 +109,17 @@ async def open_chat(
         length, prompt = refusal
         fits = length - prompt
         if fits < 1:
-            raise GatewayError(
-                "invalid_request",
-                f"the prompt is {prompt} tokens, and model {ex.route.client_model!r} "
-                f"has a context of {length} tokens: no room left to answer",
-                param="messages",
-            ) from None
+            raise _no_room(ex, prompt, length) from None
         if fits >= max_tokens:
             raise
+        ex.t.clamp = "retry"
         return await ex.open("/chat/completions", body(fits), stream=stream)
+
+
+def _no_room(ex: Exchange, prompt: int, length: int) -> GatewayError:
+    return GatewayError(
+        "invalid_request",
+        f"the prompt is {prompt} tokens, and model {ex.route.client_model!r} "
+        f"has a context of {length} tokens: no room left to answer",
+        param="messages",
+    )

@@ -27,6 +27,7 @@ class Tracked:
         "id", "dialect", "model", "backend", "key_name", "phase", "stream",
         "started", "started_wall", "tokens_out", "task", "cancel_reason",
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
+        "clamp",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -49,6 +50,9 @@ class Tracked:
         self.tokens_in: int | None = None
         self.status = 0
         self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
+        # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
+        # | "retry" (the backend refused the first try; chat.py)
+        self.clamp: str | None = None
 
     def cancel(self, reason: str, message: str = "") -> bool:
         """Cancel the request's task on the gateway's own account (not the client's)."""

@@ -184,9 +184,15 @@ class Metrics:
             "hlf_upstream_errors", "Requests that failed on the backend's side, by kind.", ["backend", "kind"])
         self.reloads = _Family(
             "hlf_config_reloads", "Config reloads (SIGHUP or POST /admin/reload) by result.", ["result"])
+        self.clamps = _Family(
+            "hlf_context_clamps",
+            "Requests whose max_tokens had to be fitted to the context, by how: tokenizer (counted by the "
+            "backend), estimate (no tokenizer), retry (the backend refused the first try).",
+            ["backend", "how"])
         self.registry = r = CollectorRegistry()
         r.register(_Recorded([self.requests, self.queue_wait, self.ttft, self.tpot, self.duration,
-                              self.tokens_in, self.tokens_out, self.upstream_errors, self.reloads]))
+                              self.tokens_in, self.tokens_out, self.upstream_errors, self.reloads,
+                              self.clamps]))
         r.register(_LiveCollector(gw))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
@@ -243,6 +249,8 @@ class Metrics:
             self.finished_tokens_out += t.tokens_out
         if c.upstream_error is not None:
             c.upstream_error.inc()
+        if t.clamp is not None and backend:
+            self.clamps.labels(backend, t.clamp).inc()
         self.finished += 1
         ok = t.outcome == "ok"
         if not ok:

@@ -21,6 +21,7 @@ from ... import canonical as c
 from ...chat import open_chat
 from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
+from ...prompt_count import count_prompt
 from ...stopmatch import StopMatcher
 from ...tracker import GENERATING, Tracked
 from ...upstream import sse_payloads
@@ -187,8 +188,9 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
 
 
 async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
-    """A real count from vLLM's /tokenize (chat template and tools included); other backends
-    have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
+    """A real count from the backend's tokenizer (vLLM, llama.cpp: chat template and tools
+    included, prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
+    an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
 
     def parse(b: bytes) -> c.Request:
@@ -206,22 +208,7 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
         build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None,
                    system_turns=route.system_turns)
     )
-    count = None
-    if backend.cfg.kind == "vllm":
-        client = gw.clients[backend.name]
-        tok_body = {"model": chat["model"], "messages": chat["messages"]}
-        if "tools" in chat:
-            tok_body["tools"] = chat["tools"]
-        try:
-            resp = await client.post("/tokenize", root=True, body=msgspec.json.encode(tok_body))
-            try:
-                doc = msgspec.json.decode(await resp.read())
-            finally:
-                resp.release()
-            if isinstance(doc, dict) and isinstance(doc.get("count"), int):
-                count = doc["count"]
-        except (GatewayError, msgspec.DecodeError, aiohttp.ClientError):
-            count = None  # a tokenizer that answers badly counts as none: the estimate below
+    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, chat)
     if count is None:
         # No tokenizer endpoint: about four bytes of chat text per token.
         count = max(1, len(msgspec.json.encode(chat["messages"])) // 4)
