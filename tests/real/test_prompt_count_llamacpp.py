@@ -1,0 +1,83 @@
+"""The context clamp counted by real llama.cpp: `/apply-template` + `/tokenize` give exactly the
+prompt size llama-server itself reports, so `max_tokens` is the context less that, first time.
+
+Needs llama-server and the Gemma 3 270M GGUF from `.ci/deps/llama-cpp.sh` (cached under
+~/.cache/homelab-frontend/llama.cpp); without them this fails, it does not skip. Between the
+gateway and llama-server sits the recording proxy, so the test reads what the gateway sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gwproc import Gateway, config_for
+from rawhttp import post_raw
+from recording_proxy import RecordingProxy
+from stubproc import free_port, wait_for
+
+CACHE = Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"
+SERVER = CACHE / "11434.0.0" / "bin" / "llama-server"
+MODEL = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
+CTX = 2048
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    if not (SERVER.exists() and MODEL.exists()):
+        pytest.fail(f"llama-server or the model is missing ({SERVER}, {MODEL}): run .ci/deps/llama-cpp.sh")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+                                 "-c", str(CTX), "-np", "1", "-t", "1", "--jinja"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: proc.poll() is not None or _up(url), timeout=60, interval=0.2)
+        assert proc.poll() is None, log.read_text()[-2000:]
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_llamacpp_tokenizer_sets_max_tokens_to_the_exact_room(llama):
+    with RecordingProxy(llama) as proxy:
+        cfg = config_for({"cpu": {"url": proxy.url + "/v1", "kind": "llamacpp", "slots": 1}},
+                         {"gemma": {"backend": "cpu", "max_model_len": CTX}})
+        with Gateway(cfg) as gw:
+            body = {"model": "gemma", "max_tokens": 128000, "stream": True, "system": "Be brief.",
+                    "messages": [{"role": "user", "content": "Name three colours."}]}
+            # the answer itself is not the point: a few frames, then the client leaves
+            req = urllib.request.Request(gw.base + "/messages", data=json.dumps(body).encode(),
+                                         headers={"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                assert resp.status == 200
+                resp.read(200)
+        paths = [x.path for x in proxy.exchanges if x.path != "/v1/models"]  # health probes
+        assert paths[:3] == ["/apply-template", "/tokenize", "/v1/chat/completions"], paths
+        chat = next(x for x in proxy.exchanges if x.path == "/v1/chat/completions").body
+    # what llama-server itself counts for that very body
+    status, _, raw = post_raw(llama + "/v1/chat/completions", {**chat, "stream": False, "max_tokens": 1})
+    assert status == 200, raw
+    prompt = json.loads(raw)["usage"]["prompt_tokens"]
+    assert chat["max_tokens"] == CTX - prompt
