@@ -297,3 +297,27 @@ def test_cli_interface_for_the_main_cli(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args([])  # --port is required
     capsys.readouterr()
+
+
+def test_agent_chain_calls_tool_search_then_the_loaded_tool_then_answers():
+    tools = BASH + [{"type": "function", "function": {"name": "ToolSearch", "parameters": {}}}]
+    prompt = {"role": "user", "content": "[stub chain=ToolSearch,WebFetch] fetch it"}
+    first = plan_for({"messages": [prompt], "tools": tools}, agent=True)
+    assert first.tool_call == ToolCallPlan("ToolSearch", '{"query": "select:WebFetch"}')
+    search = {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
+                                                                    "function": {"name": "ToolSearch", "arguments": "{}"}}]}
+    loaded = {"role": "tool", "tool_call_id": "1", "content": "Tool loaded: WebFetch"}
+    after = {"role": "user", "content": "Tool loaded."}  # Claude Code's own text after the result
+    # the gateway did not offer WebFetch after loading it: the stub says so instead of calling it
+    stuck = plan_for({"messages": [prompt, search, loaded, after], "tools": tools}, agent=True)
+    assert stuck.tool_call is None and "".join(stuck.content) == "tool WebFetch is not offered"
+    web_fetch = {"type": "function", "function": {"name": "WebFetch", "parameters": {
+        "type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}}}
+    second = plan_for({"messages": [prompt, search, loaded, after], "tools": tools + [web_fetch]}, agent=True)
+    assert second.tool_call == ToolCallPlan("WebFetch", '{"url": "hello"}')
+    fetch = {"role": "assistant", "content": None, "tool_calls": [{"id": "2", "type": "function",
+                                                                   "function": {"name": "WebFetch", "arguments": "{}"}}]}
+    done = plan_for({"messages": [prompt, search, loaded, after, fetch, {"role": "tool", "tool_call_id": "2", "content": "page"},
+                                  {"role": "system", "content": "<total_tokens>9</total_tokens>"}],
+                     "tools": tools + [web_fetch]}, agent=True)
+    assert done.tool_call is None and "".join(done.content) == "The tool said: page"

@@ -16,6 +16,10 @@ Keys (integers unless noted; unknown keys are ignored):
   error_after=N   after N tokens send the flavour's in-band error (vLLM: error frame, [DONE])
   status=CODE     answer at once with that HTTP status, message "stub error CODE"
   tool=NAME       call that tool (only if the request offers it and tool_choice is not "none")
+  chain=A,B,...   agent: call A, then (once its result is back) B, ..., then answer as usual
+                  (counted from the user message holding the chain, whatever user text follows);
+                  ToolSearch is called with query "select:<the next tool>"; a tool the request
+                  does not offer is not called: the answer says "tool X is not offered"
   args=JSON       the call's arguments, JSON without spaces (default {} / agent arguments)
   text=WORD       content tokens repeat "WORD " instead of the default sentence
   split=1         last content + first tool delta share a chunk; finish rides on the last one
@@ -69,6 +73,7 @@ class Directives:
     error_after: int | None = None
     status: int | None = None
     tool: str | None = None
+    chain: tuple[str, ...] = ()
     args: str | None = None
     text: str | None = None
     split: bool = False
@@ -113,6 +118,8 @@ def parse_directives(text: str) -> Directives:
                 unknown.append(item)
         elif key in ("tool", "text", "args") and sep and value:
             values[key] = value
+        elif key == "chain" and sep and value:
+            values[key] = tuple(name for name in value.split(",") if name)
         elif key in ("split", "agent"):
             values[key] = (not sep) or value.lower() in _TRUE
         else:
@@ -289,6 +296,23 @@ def _named_choice(tool_choice: Any) -> str | None:
     return None
 
 
+def _chain(messages: Any) -> tuple[tuple[str, ...], int]:
+    """The chain of the last user message that set one, and how far it has got: the assistant
+    turns with tool calls since. (Not only the last user message: clients put text of their own
+    after a tool result, e.g. Claude Code's "Tool loaded." after ToolSearch.)"""
+    calls = 0
+    for message in reversed(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            calls += 1
+        elif message.get("role") == "user":
+            chain = parse_directives(message_text(message)).chain
+            if chain:
+                return chain, calls
+    return (), 0
+
+
 def _last_non_system(messages: Any) -> dict:
     for message in reversed(messages if isinstance(messages, list) else ()):
         if not (isinstance(message, dict) and message.get("role") == "system"):
@@ -332,6 +356,21 @@ def make_plan(
     target: str | None = None
     arguments: str | None = None
     named = _named_choice(tool_choice)
+    chain, step = _chain(messages)
+    if tools_allowed and agent and chain and named not in names:
+        if step < len(chain):
+            name = chain[step]
+            if name not in names:
+                return Plan(content=tuple(split_words(f"tool {name} is not offered")))
+            following = chain[step + 1] if step + 1 < len(chain) else name
+            args = {"query": f"select:{following}"} if name == "ToolSearch" else agent_arguments(tools, name)
+            return Plan(
+                reasoning=reasoning(AGENT_REASONING_TOKENS),
+                tool_call=ToolCallPlan(name, dump_arguments(args)),
+            )
+        result = message_text(last).strip()
+        return Plan(reasoning=reasoning(DEFAULT_REASONING_TOKENS),
+                    content=tuple(split_words(f"The tool said: {result}")))
     if tools_allowed and named in names:
         target = named
     elif tools_allowed and directives.tool:
