@@ -81,3 +81,19 @@ def test_check_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(bad)],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "not valid YAML" in r.stderr
+
+
+def test_system_turns_per_model_default_merge_and_only_known_values():
+    base = {"backends": {"g": {"url": "http://h/v1"}}}
+    cfg = cfgmod.parse({**base, "models": {"a": {"backend": "g"}, "b": {"backend": "g", "system_turns": "native"}}})
+    assert cfg.models["a"].system_turns == "merge" and cfg.models["b"].system_turns == "native"
+    with pytest.raises(cfgmod.ConfigError) as info:
+        cfgmod.parse({**base, "models": {"a": {"backend": "g", "system_turns": "inline"}}})
+    assert info.value.problems[0].startswith("models.a.system_turns:")
+
+
+def test_claude_aliases_catch_the_newest_model_names():
+    cfg = cfgmod.parse({"backends": {"g": {"url": "http://h/v1"}}, "models": {"r": {"backend": "g"}, "q": {"backend": "g"}},
+                        "aliases": {"claude-*haiku*": "q", "claude-*": "r"}})
+    assert cfgmod.resolve_alias(cfg, "claude-opus-5-5") == "r"
+    assert cfgmod.resolve_alias(cfg, "claude-haiku-5-5") == "q"
