@@ -255,3 +255,38 @@ def test_ping_while_upstream_is_silent(vllm_stub):
         assert names.count("ping") >= 2
         assert names[-1] == "message_stop"
         check_stream(raw)
+
+
+def test_hidden_reasoning_streams_no_text_keeps_pinging_and_comes_back_as_reasoning(vllm_stub):
+    """thinking.display "omitted": the thinking block carries no text on the wire, the client
+    still hears a `ping` while the upstream reasons, and the block sent back in history restores
+    the reasoning upstream (judged at the stub)."""
+    from conftest import standard_config
+    from gwproc import Gateway
+
+    cfg = standard_config(vllm_stub.base, vllm_stub.base, anthropic={"ping_interval_s": 0.2})
+    with Gateway(cfg) as gw:
+        vllm_stub.reset()
+        thinking = {"type": "adaptive", "display": "omitted"}
+        status, _, raw = _stream(gw, "[stub reasoning=20 content=2 delay_ms=40]", thinking=thinking)
+        assert status == 200
+        events = check_stream(raw)
+        names = _names(raw)
+        opened = names.index("content_block_start")
+        signed = next(i for i, e in enumerate(events) if e.get("delta", {}).get("type") == "signature_delta")
+        assert "ping" in names[opened:signed]  # ~0.8 s of hidden reasoning, pinged every 0.2 s
+        assert not any(e.get("delta", {}).get("type") == "thinking_delta" for e in events)
+        assert b"Let me think" not in raw
+        block = {"type": "thinking", "thinking": "", "signature": events[signed]["delta"]["signature"]}
+        text = "".join(e["delta"]["text"] for e in events if e.get("delta", {}).get("type") == "text_delta")
+        status, _, raw = post_raw(gw.base + "/messages", {
+            "model": "reasoning", "max_tokens": 16, "thinking": thinking,
+            "messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": [block, {"type": "text", "text": text}]},
+                         {"role": "user", "content": "and?"}]})
+        assert status == 200, raw
+        upstream = vllm_stub.requests()[-1]["body"]["messages"]
+        assert upstream[1]["role"] == "assistant"
+        from homelab_frontend.stub.script import REASONING_TEXT, cycle_words
+
+        assert upstream[1]["reasoning"] == "".join(cycle_words(REASONING_TEXT, 20))  # what the stub reasoned

@@ -131,6 +131,10 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
 
 
 async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder, out, matcher) -> None:
+    # Hidden reasoning (display "omitted") writes nothing while the upstream streams it, and the
+    # watchdog pings only a silent upstream: the client still gets a `ping` every ping interval.
+    loop = asyncio.get_running_loop()
+    quiet_since: float | None = None
     try:
         async for events in _stream_events(upstream, ex, matcher, ex.first_token):
             frames = []
@@ -143,7 +147,17 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
                     t.tokens_out += 1
                 frames.append(enc.feed(ev))
-            await ex.send(out, b"".join(frames))
+            data = b"".join(frames)
+            if data:
+                await ex.send(out, data)
+                quiet_since = None
+            elif ex.ping_interval:
+                now = loop.time()
+                if quiet_since is None:
+                    quiet_since = now
+                elif now - quiet_since >= ex.ping_interval:
+                    await ex.send(out, enc.ping())
+                    quiet_since = now
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
                 return
