@@ -25,6 +25,7 @@ from . import canonical as c
 from .errors import GatewayError
 from .exchange import Exchange
 from .prompt_count import can_count, count_prompt
+from .tracker import CONNECTING
 from .upstream_request import build_body
 
 # Both wordings vLLM has used for the same refusal.
@@ -81,6 +82,7 @@ async def open_chat(
         if max_tokens > ctx - text_bytes // 2:  # even a high estimate may not leave the room
             prompt = None
             if can_count(backend.cfg.kind):
+                ex.t.phase = CONNECTING  # the slot is held; a client leaving now left while connecting
                 prompt = await count_prompt(
                     ex.clients[backend.name], backend.cfg.kind, msgspec.json.decode(payload),
                     timeout_s=min(10.0, backend.cfg.timeouts.first_token_s),
