@@ -928,3 +928,29 @@ def test_hidden_reasoning_blocks_each_seal_their_own_text():
     events = [ReasoningDelta("one"), TextDelta("a"), ReasoningDelta("two"), TextDelta("b"), Finish("stop")]
     blocks = assemble(check_stream(encode(events, hide_reasoning=True), model=MODEL))["content"]
     assert [SIGNER.unseal(b["signature"]) for b in blocks if b["type"] == "thinking"] == ["one", "two"]
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event_sequences(), st.integers(0, 2**31))
+def test_property_hidden_reasoning_keeps_the_grammar_and_seals_each_block(seq, salt):
+    events, end = seq
+    enc = new_encoder(message_id=f"msg_{salt}", hide_reasoning=True)
+    raw = b""
+    for ev in events:
+        out = enc.ping() if ev is PING else enc.feed(ev)
+        assert out == b"" or out.endswith(b"\n\n")
+        raw += out
+        check_stream(raw, complete=False)
+    raw += enc.finish() if end == "finish" else enc.fail("api_error", "ended badly")
+    stream_events = check_stream(raw, model=MODEL)
+    validate_with_sdk_models(stream_events)
+    assert not any(e.get("delta", {}).get("type") == "thinking_delta" for e in stream_events)
+    exp_blocks, _, _, exp_failed = reference(events)
+    if exp_failed is not None or end == "fail":
+        return
+    msg = assemble(stream_events)
+    hidden = [("thinking", "") if b[0] == "thinking" else b for b in content_view(exp_blocks)]
+    assert content_view(msg["content"]) == hidden
+    for got, want in zip(msg["content"], exp_blocks):
+        if got["type"] == "thinking":
+            assert SIGNER.unseal(got["signature"]) == want["thinking"]
