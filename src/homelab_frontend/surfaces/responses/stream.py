@@ -232,7 +232,7 @@ class ResponsesStreamEncoder:
                 self._held_ws += payload
                 return head
             payload, self._held_ws = self._held_ws + payload, ""
-        out = head + self._close("completed") if action is SWITCH else head
+        out = head + self._close("completed") if action is not NEW else head
         return out + self._open(_ITEM_FOR[kind], event, payload)
 
     def finish(self) -> bytes:
