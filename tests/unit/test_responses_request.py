@@ -183,3 +183,8 @@ def test_any_json_is_a_request_or_a_clear_400(raw):
     req = p.canonical([])
     assert isinstance(req, c.Request)
     build_body(req, upstream_model="up", backend=Backend(url="http://x/v1"), stream=False, max_tokens=req.max_tokens)
+
+
+@pytest.mark.parametrize("item", [{"type": []}, {"type": {}}, {"type": 1}, {"role": "user", "content": "x", "type": None}])
+def test_an_item_type_that_is_not_a_string_is_a_400(item):
+    assert bad({"model": "m", "input": [item]}).param == "input[0].type"

@@ -294,6 +294,8 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer) -> list[c.Message]
         if not isinstance(item, dict):
             raise _bad(path, f"expected an item object, got {_type_name(item)}")
         kind = item.get("type", "message" if "role" in item else None)
+        if not isinstance(kind, str):
+            raise _bad(f"{path}.type", "required string field is missing")
         if kind == "message":
             role_raw = item.get("role")
             role = _ROLES.get(role_raw) if isinstance(role_raw, str) else None
@@ -336,8 +338,6 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer) -> list[c.Message]
                 reasoning.append(text)
         elif kind in _HOSTED_ITEMS:
             continue
-        elif not isinstance(kind, str):
-            raise _bad(f"{path}.type", "required string field is missing")
         else:
             raise _bad(f"{path}.type", f"unsupported input item type {kind!r}")
     return out
