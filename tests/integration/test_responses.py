@@ -16,7 +16,7 @@ from homelab_frontend.surfaces.responses.sse_grammar import check_stream
 from rawhttp import post_raw
 from stubproc import wait_for
 
-SHELL = {"type": "function", "name": "shell", "description": "Run a command",
+SHELL = {"type": "function", "name": "run", "description": "Run a command",
          "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
 
 
@@ -74,7 +74,7 @@ def test_tool_round_trip_reaches_the_upstream(client, vllm_stub, stubs):
     prompt = "Run it. [stub agent]"
     r1 = client.responses.create(model="reasoning", input=prompt, tools=[SHELL], store=False)
     calls = [i for i in r1.output if i.type == "function_call"]
-    assert len(calls) == 1 and calls[0].name == "shell"
+    assert len(calls) == 1 and calls[0].name == "run"
     assert json.loads(calls[0].arguments) == {"command": "hello"}
     history = [{"role": "user", "content": prompt}, *[i.model_dump(exclude_none=True) for i in r1.output],
                {"type": "function_call_output", "call_id": calls[0].call_id, "output": "tool-output-42"}]
@@ -82,7 +82,7 @@ def test_tool_round_trip_reaches_the_upstream(client, vllm_stub, stubs):
     assert r2.output_text == "The tool said: tool-output-42"
     sent = vllm_stub.requests()[-1]["body"]["messages"]
     assert sent[-1] == {"role": "tool", "tool_call_id": calls[0].call_id, "content": "tool-output-42"}
-    assert sent[-2]["tool_calls"][0]["function"]["name"] == "shell"
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "run"
     # the reasoning item without encrypted_content cannot be verified: not sent back
     assert "reasoning" not in sent[-2]
 
@@ -213,3 +213,15 @@ def test_store_survives_a_restart_and_is_bounded(vllm_stub, ollama_stub, tmp_pat
         c = openai.OpenAI(base_url=gw.base, api_key="x", max_retries=0)
         with pytest.raises(openai.NotFoundError):
             c.responses.retrieve(ids[-1])  # older than the TTL
+
+
+def test_too_many_input_items_is_a_400(vllm_stub, ollama_stub):
+    cfg = standard_config(vllm_stub.base, ollama_stub.base, limits={"max_messages": 5, "max_tools": 2})
+    with Gateway(cfg) as gw:
+        status, _, raw = post_raw(gw.base + "/responses", {"model": "reasoning", "input": [
+            {"role": "user", "content": "x"}] * 6})
+        err = json.loads(raw)["error"]
+        assert status == 400 and err["param"] == "input" and "limits.max_messages" in err["message"]
+        status, _, raw = post_raw(gw.base + "/responses", {"model": "reasoning", "input": "x", "tools": [
+            {"type": "function", "name": f"f{i}"} for i in range(3)]})
+        assert status == 400 and json.loads(raw)["error"]["param"] == "tools"

@@ -20,6 +20,7 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
+from ... import limits
 from ...chat import open_chat
 from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
@@ -48,6 +49,11 @@ class State:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+def _parse(body: bytes, lim, sealer: ReasoningSealer) -> ParsedRequest:
+    limits.check_json(body, lim, counted=("input",))  # Gateway.parse counted messages and tools
+    return parse_request(body, sealer=sealer)
 
 
 def _owner(principal) -> str:
@@ -97,7 +103,7 @@ def _count(t: Tracked, enc: ResponsesStreamEncoder) -> None:
 async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     state: State = gw.responses
     body = await gw.read_body(request)
-    parsed = await gw.parse(body, lambda b: parse_request(b, sealer=state.sealer))
+    parsed = await gw.parse(body, lambda b: _parse(b, gw.cfg.limits, state.sealer))
     t.model, t.stream = parsed.model, parsed.stream
     route = gw.router.resolve(parsed.model)
     principal = gw.auth.admit(request, route, "responses")
