@@ -37,6 +37,7 @@ from .stream import ResponsesStreamEncoder
 log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 _encode = msgspec.json.encode
+_GENERATED = (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)
 
 
 class State:
@@ -163,7 +164,11 @@ async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
 async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder, out, keep) -> None:
     try:
         async for events in stream_events(upstream, ex, None, ex.first_token):
-            frames = [enc.feed(ev) for ev in events]
+            frames = []
+            for ev in events:
+                if type(ev) in _GENERATED:
+                    t.tokens_out += 1  # a running count for /admin; the upstream's usage replaces it
+                frames.append(enc.feed(ev))
             await ex.send(out, b"".join(frames))
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
