@@ -61,21 +61,22 @@ def codex_cli() -> Path:
 
 @pytest.fixture(scope="module")
 def stack():
-    with start_stub("vllm", "--reasoning", "--agent", "--model", R1, "--max-model-len", "32768") as vllm:
+    with start_stub("vllm", "--reasoning", "--agent", "--model", R1, "--max-model-len", "32768") as vllm, \
+         start_stub("vllm", "--agent", "--model", "tiny", "--max-model-len", "1024") as tiny:
         cfg = config_for(
-            {"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 4}},
-            {"reasoning": {"backend": "gpu0", "upstream_model": R1}},
+            {"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 4}, "small": {"url": tiny.base, "kind": "vllm"}},
+            {"reasoning": {"backend": "gpu0", "upstream_model": R1}, "tiny": {"backend": "small"}},
             auth={"keys": [{"name": "codex", "key_env": "E2E_CLIENT_KEY"}]},
         )
         with Gateway(cfg, env={"E2E_CLIENT_KEY": CLIENT_KEY}) as gw, RecordingProxy(gw.url) as proxy:
             yield vllm, gw, proxy
 
 
-def codex_home(home: Path, base_url: str) -> None:
+def codex_home(home: Path, base_url: str, model: str = "reasoning") -> None:
     """The README's Codex config, pointed at `base_url`."""
     (home / ".codex").mkdir(parents=True)
     (home / ".codex" / "config.toml").write_text(f"""\
-model = "reasoning"
+model = "{model}"
 model_provider = "homelab"
 
 [model_providers.homelab]
@@ -164,3 +165,18 @@ def test_a_broken_stream_ends_codex_with_an_error_not_a_hang(codex_cli, stack, t
     # Codex retried the failed stream (stream_max_retries = 1), then gave up
     assert len(proxy.exchanges) == 2, why
     assert "backend closed the connection mid-stream" in done.stderr + done.stdout, why
+
+
+def test_a_prompt_too_long_for_the_model_is_a_context_error_codex_understands(codex_cli, stack, tmp_path):
+    """Codex's ~4k-token system prompt does not fit a 1024-token model: the upstream's refusal
+    reaches Codex as 400 `context_length_exceeded`, which it reports as such, without retrying."""
+    vllm, gw, proxy = stack
+    proxy.exchanges.clear()
+    codex_home(tmp_path, proxy.url + "/llm/v1", model="tiny")
+    done, seconds = run_codex(codex_cli, tmp_path, PROMPT)
+    why = f"exit {done.returncode} after {seconds:.1f} s\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}\n{_summary(proxy)}"
+    assert done.returncode != 0, why
+    assert "context window" in done.stderr + done.stdout, why
+    assert [x.status for x in proxy.exchanges] == [400], why
+    err = json.loads(proxy.exchanges[0].response_body)["error"]
+    assert err["code"] == "context_length_exceeded" and err["param"] == "input", err
