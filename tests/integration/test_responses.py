@@ -225,3 +225,12 @@ def test_too_many_input_items_is_a_400(vllm_stub, ollama_stub):
         status, _, raw = post_raw(gw.base + "/responses", {"model": "reasoning", "input": "x", "tools": [
             {"type": "function", "name": f"f{i}"} for i in range(3)]})
         assert status == 400 and json.loads(raw)["error"]["param"] == "tools"
+
+
+def test_max_output_tokens_is_clamped_to_the_context(client, vllm_stub, stubs):
+    r = client.responses.create(model="reasoning", input="x [stub content=2]", max_output_tokens=100000, store=False)
+    assert r.status == "completed" and r.max_output_tokens == 100000
+    sent = vllm_stub.requests()[-1]["body"]
+    assert 1 <= sent["max_tokens"] < 4096  # the stub's max_model_len
+    for absent in ("temperature", "top_p", "stop", "store", "include", "input"):
+        assert absent not in sent

@@ -310,3 +310,30 @@ def test_property_upstream_chunks_through_decoder_and_encoder(stream):
     if exp["prompt"]:
         assert sdk.usage.input_tokens == exp["prompt"]
     assert sdk.model_dump()["output"] == final["output"] or view(sdk.output) == view(final["output"])
+
+
+def _with_usage_details(doc):
+    """The SDK's types require usage details that the gateway reports only when the upstream
+    did (never invented): filled in a copy, so everything else is validated strictly."""
+    doc = json.loads(json.dumps(doc))
+    resp = doc.get("response", doc)
+    u = resp.get("usage")
+    if u is not None:
+        u.setdefault("input_tokens_details", {"cached_tokens": 0})
+        u["input_tokens_details"].setdefault("cache_write_tokens", 0)
+        u.setdefault("output_tokens_details", {"reasoning_tokens": 0})
+    return doc
+
+
+@pytest.mark.parametrize("end", ["finish", "fail"])
+def test_every_event_and_the_response_validate_against_the_sdk_types(end):
+    import pydantic
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    adapter = pydantic.TypeAdapter(ResponseStreamEvent)
+    events = [Usage(10, 0, 2), ReasoningDelta("r"), TextDelta("t"), ToolCallStart(0, "c", "f"),
+              ToolArgsDelta(0, "{}"), Usage(10, 5, 2), Finish("length")]
+    raw, enc = encode(events, end=end, sealer=SEALER)
+    for ev in parse_frames(raw):
+        adapter.validate_python(_with_usage_details(ev))  # raises on any other deviation
+    Response.model_validate(_with_usage_details(enc.response()))
