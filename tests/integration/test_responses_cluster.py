@@ -18,7 +18,7 @@ def replicas(vllm_stub, ollama_stub):
     with RedisServer() as redis:
         def cfg(replica: str, **store) -> dict:
             return standard_config(vllm_stub.base, ollama_stub.base,
-                                   cluster={"redis_url": redis.url, "replica_id": replica},
+                                   cluster={"redis_url": redis.url, "replica_id": replica, "lease_s": 2},
                                    auth={"keys": [{"name": "alice", "key": "sk-a"}, {"name": "bob", "key": "sk-b"}]},
                                    responses={"store": store} if store else {})
         with Gateway(cfg("r1")) as a, Gateway(cfg("r2", max_bytes=8000)) as b:
