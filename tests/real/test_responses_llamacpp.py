@@ -112,3 +112,10 @@ def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
         line = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
         return float(line[0].split()[-1]) if line else 0.0
     assert tokens(_get(llama + "/metrics")) - tokens(before) < 1000
+
+
+def test_a_prompt_over_the_context_is_context_length_exceeded(gateway):
+    client = openai.OpenAI(base_url=gateway.base, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.responses.create(model="gemma", input="dragon " * 3000, store=False)
+    assert exc.value.body["code"] == "context_length_exceeded" and exc.value.body["param"] == "input"

@@ -20,10 +20,14 @@ __all__ = ["render_error", "failure_code", "is_context_error"]
 
 
 def is_context_error(err: GatewayError) -> bool:
+    """The gateway's own refusal (chat.open_chat), vLLM's 400 (both wordings) or llama.cpp's
+    `exceed_context_size_error` ("the request exceeds the available context size")."""
     msg = str(err.message or "")
-    return err.kind in ("invalid_request", "upstream_error") and (
-        "no room left to answer" in msg or context_refusal(msg) is not None
-        or "maximum context length" in msg or "context length" in msg and "exceed" in msg)
+    if err.kind not in ("invalid_request", "upstream_error"):
+        return False
+    return ("no room left to answer" in msg or context_refusal(msg) is not None
+            or "maximum context length" in msg
+            or "exceed" in msg and ("context length" in msg or "context size" in msg))
 
 
 def failure_code(err: GatewayError) -> str:
