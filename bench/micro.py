@@ -74,7 +74,7 @@ _SIGNER = ThinkingSigner(b"bench")
 
 
 def anthropic_answer(payloads: list[bytes]) -> tuple[int, int]:
-    """The Anthropic relay's per-chunk work (handler._stream_events/_relay) minus the socket."""
+    """The Anthropic relay's per-chunk work (upstream_events.stream_events, handler._relay) minus the socket."""
     dec = ChunkDecoder()
     enc = AnthropicStreamEncoder(message_id="msg_bench", model="bench", signer=_SIGNER)
     frames = []

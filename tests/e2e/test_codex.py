@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "codex.sh"
 CLI = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
+QWEN = "qwen2.5:3b-instruct"
 CLIENT_KEY = "sk-homelab-e2e-codex"
 PROMPT = "Run `echo hello-from-tool` and tell me what it printed."
 RUN_TIMEOUT = 90.0  # one `codex exec`; a normal run takes about a second
@@ -62,14 +64,24 @@ def codex_cli() -> Path:
 @pytest.fixture(scope="module")
 def stack():
     with start_stub("vllm", "--reasoning", "--agent", "--model", R1, "--max-model-len", "32768") as vllm, \
-         start_stub("vllm", "--agent", "--model", "tiny", "--max-model-len", "1024") as tiny:
+         start_stub("vllm", "--agent", "--model", "tiny", "--max-model-len", "1024") as tiny, \
+         start_stub("ollama", "--agent", "--model", QWEN) as ollama:
         cfg = config_for(
-            {"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 4}, "small": {"url": tiny.base, "kind": "vllm"}},
-            {"reasoning": {"backend": "gpu0", "upstream_model": R1}, "tiny": {"backend": "small"}},
+            {"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 4}, "small": {"url": tiny.base, "kind": "vllm"},
+             "ollama": {"url": ollama.base, "kind": "ollama", "slots": 2}},
+            {"reasoning": {"backend": "gpu0", "upstream_model": R1}, "tiny": {"backend": "small"}, QWEN: {"backend": "ollama"}},
             auth={"keys": [{"name": "codex", "key_env": "E2E_CLIENT_KEY"}]},
         )
         with Gateway(cfg, env={"E2E_CLIENT_KEY": CLIENT_KEY}) as gw, RecordingProxy(gw.url) as proxy:
-            yield vllm, gw, proxy
+            yield Stack(vllm, ollama, gw, proxy)
+
+
+@dataclass
+class Stack:
+    vllm: object
+    ollama: object
+    gw: Gateway
+    proxy: RecordingProxy
 
 
 def codex_home(home: Path, base_url: str, model: str = "reasoning") -> None:
@@ -113,7 +125,7 @@ def _summary(proxy: RecordingProxy) -> str:
 
 
 def test_codex_runs_the_shell_tool_through_the_gateway(codex_cli, stack, tmp_path):
-    vllm, gw, proxy = stack
+    vllm, gw, proxy = stack.vllm, stack.gw, stack.proxy
     vllm.reset()
     proxy.exchanges.clear()
     codex_home(tmp_path, proxy.url + "/llm/v1")
@@ -149,7 +161,7 @@ def test_codex_runs_the_shell_tool_through_the_gateway(codex_cli, stack, tmp_pat
 
 
 def test_a_broken_stream_ends_codex_with_an_error_not_a_hang(codex_cli, stack, tmp_path):
-    vllm, gw, proxy = stack
+    vllm, gw, proxy = stack.vllm, stack.gw, stack.proxy
     vllm.reset()
     proxy.exchanges.clear()
     codex_home(tmp_path, proxy.url + "/llm/v1")
@@ -170,7 +182,7 @@ def test_a_broken_stream_ends_codex_with_an_error_not_a_hang(codex_cli, stack, t
 def test_a_prompt_too_long_for_the_model_is_a_context_error_codex_understands(codex_cli, stack, tmp_path):
     """Codex's ~4k-token system prompt does not fit a 1024-token model: the upstream's refusal
     reaches Codex as 400 `context_length_exceeded`, which it reports as such, without retrying."""
-    vllm, gw, proxy = stack
+    vllm, gw, proxy = stack.vllm, stack.gw, stack.proxy
     proxy.exchanges.clear()
     codex_home(tmp_path, proxy.url + "/llm/v1", model="tiny")
     done, seconds = run_codex(codex_cli, tmp_path, PROMPT)
@@ -180,3 +192,19 @@ def test_a_prompt_too_long_for_the_model_is_a_context_error_codex_understands(co
     assert [x.status for x in proxy.exchanges] == [400], why
     err = json.loads(proxy.exchanges[0].response_body)["error"]
     assert err["code"] == "context_length_exceeded" and err["param"] == "input", err
+
+
+def test_codex_through_an_ollama_backend(codex_cli, stack, tmp_path):
+    """The same tool turn on an Ollama-flavoured upstream: no reasoning, the call in one chunk."""
+    ollama, gw, proxy = stack.ollama, stack.gw, stack.proxy
+    ollama.reset()
+    proxy.exchanges.clear()
+    codex_home(tmp_path, proxy.url + "/llm/v1", model=QWEN)
+    done, _ = run_codex(codex_cli, tmp_path, PROMPT)
+    why = f"exit {done.returncode}\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}\n{_summary(proxy)}"
+    assert done.returncode == 0, why
+    assert "The tool said:" in done.stdout and "hello-from-tool" in done.stdout, why
+    reqs = ollama.requests()
+    assert len(reqs) == 2, why
+    tool = [m for m in reqs[1]["body"]["messages"] if m["role"] == "tool"]
+    assert len(tool) == 1 and "hello-from-tool" in tool[0]["content"]
