@@ -234,3 +234,14 @@ def test_max_output_tokens_is_clamped_to_the_context(client, vllm_stub, stubs):
     assert 1 <= sent["max_tokens"] < 4096  # the stub's max_model_len
     for absent in ("temperature", "top_p", "stop", "store", "include", "input"):
         assert absent not in sent
+
+
+def test_tool_output_continues_a_stored_response(client, vllm_stub, stubs):
+    r1 = client.responses.create(model="reasoning", input="Run it. [stub agent]", tools=[SHELL])
+    call = [i for i in r1.output if i.type == "function_call"][0]
+    r2 = client.responses.create(model="reasoning", previous_response_id=r1.id, tools=[SHELL],
+                                 input=[{"type": "function_call_output", "call_id": call.call_id, "output": "out-7"}])
+    assert r2.output_text == "The tool said: out-7"
+    msgs = vllm_stub.requests()[-1]["body"]["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool"]
+    assert msgs[1]["tool_calls"][0]["id"] == call.call_id and msgs[1]["reasoning"]
