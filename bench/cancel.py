@@ -1,6 +1,6 @@
 """`python -m bench.cancel`: how fast a vanished client's generation is stopped upstream.
 
-For each phase (mid-stream in both dialects, before the first token, non-streaming) a client
+For each phase (mid-stream in every dialect, before the first token, non-streaming) a client
 sends a request to the gateway and drops its connection; the time until the stub upstream logs
 `cancelled` is the time a GPU slot keeps generating for nobody. Loopback only, bounded.
 """
@@ -21,6 +21,7 @@ from .procs import Proc, start_gateway, workdir
 PHASES = [
     ("mid-stream, anthropic", "/messages", "[stub content=400 delay_ms=20]", True, 600, 0.0),
     ("mid-stream, openai", "/chat/completions", "[stub content=400 delay_ms=20]", True, 600, 0.0),
+    ("mid-stream, responses", "/responses", "[stub content=400 delay_ms=20]", True, 3000, 0.0),
     ("before first token", "/messages", "[stub ttft_ms=5000]", True, 0, 0.3),
     ("waiting for headers", "/chat/completions", "[stub headers_ms=5000]", True, 0, 0.3),
     ("non-streaming", "/chat/completions", "[stub content=400 delay_ms=20]", False, 0, 0.3),
@@ -29,8 +30,11 @@ PHASES = [
 
 def _vanish(url: str, path: str, prompt: str, stream: bool, after_bytes: int, after_s: float) -> None:
     u = urlsplit(url)
-    body = json.dumps({"model": "m", "stream": stream, "max_tokens": 1024,
-                       "messages": [{"role": "user", "content": prompt}]}).encode()
+    if path == "/responses":
+        body = json.dumps({"model": "m", "stream": stream, "store": False, "input": prompt}).encode()
+    else:
+        body = json.dumps({"model": "m", "stream": stream, "max_tokens": 1024,
+                           "messages": [{"role": "user", "content": prompt}]}).encode()
     head = (f"POST /llm/v1{path} HTTP/1.1\r\nHost: {u.hostname}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection((u.hostname, u.port), timeout=10) as s:

@@ -30,6 +30,7 @@ _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]+")
 # OpenAI-shaped content frames: a non-empty "content" string (the stub's first frame is "")
 _OPENAI_CONTENT = re.compile(rb'"content": ?"[^"]')
 _ANTHROPIC_CONTENT = b"event: content_block_delta"
+_RESPONSES_CONTENT = b"event: response.output_text.delta"
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
@@ -52,6 +53,7 @@ class Conn(asyncio.Protocol):
     def __init__(self, stream: bool, dialect: str) -> None:
         self.stream = stream
         self.anthropic = dialect == "anthropic"
+        self.responses = dialect == "responses"
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._fut: asyncio.Future | None = None
@@ -158,7 +160,13 @@ class Conn(asyncio.Protocol):
             return
         frames, self._sse = sse[: end + 2], sse[end + 2:]
         res = self._res
-        if self.anthropic:
+        if self.responses:
+            n = frames.count(_RESPONSES_CONTENT)
+            if b"event: response.completed" in frames:
+                res.ok = True
+            if b"event: response.failed" in frames:
+                res.error = "response.failed"
+        elif self.anthropic:
             n = frames.count(_ANTHROPIC_CONTENT)
             if b"event: message_stop" in frames:
                 res.ok = True

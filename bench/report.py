@@ -32,6 +32,12 @@ def check_targets(result: dict) -> list[dict]:
         value = _get(summary.get(cell), path)
         out.append({"what": what, "value": value, "op": op, "limit": limit,
                     "met": None if value is None else (value >= limit if op == ">=" else value <= limit)})
+    # issue 16: the Responses surface's CPU per streamed chunk within 1.5x of the Anthropic one's
+    resp = _get(summary.get("gateway/responses/stream/c16"), ("target_cpu_us_per_chunk",))
+    anth = _get(summary.get("gateway/anthropic/stream/c16"), ("target_cpu_us_per_chunk",))
+    ratio = resp / anth if resp is not None and anth else None
+    out.append({"what": "gateway CPU per streamed chunk, Responses / Anthropic, c=16", "value": ratio, "op": "<=",
+                "limit": 1.5, "met": None if ratio is None else ratio <= 1.5})
     mem = result.get("memory_mb", {})
     idle = mem.get("gateway_idle", mem.get("gateway_start", {})).get("rss_mb")
     peak = mem.get("gateway_end", {}).get("hwm_mb")
@@ -95,6 +101,12 @@ def print_report(result: dict) -> None:
                 if e.get("errors"):
                     line += f"  ERRORS: {e['errors']}"
                 print(line)
+    # issue 16: the Responses surface's CPU per streamed chunk within 1.5x of the Anthropic one's
+    resp = _get(summary.get("gateway/responses/stream/c16"), ("target_cpu_us_per_chunk",))
+    anth = _get(summary.get("gateway/anthropic/stream/c16"), ("target_cpu_us_per_chunk",))
+    ratio = resp / anth if resp is not None and anth else None
+    out.append({"what": "gateway CPU per streamed chunk, Responses / Anthropic, c=16", "value": ratio, "op": "<=",
+                "limit": 1.5, "met": None if ratio is None else ratio <= 1.5})
     mem = result.get("memory_mb", {})
     print()
     print("memory (MB): " + ", ".join(f"{k} rss {v['rss_mb']:.1f} / peak {v['hwm_mb']:.1f}" for k, v in mem.items()))

@@ -36,19 +36,22 @@ UPSTREAM_MODEL = "bench-upstream"
 PROMPT = "[stub content=200]"  # the stub's directive: 200 content tokens, one per chunk
 MAX_TOKENS = 400
 CONCURRENCY = (1, 16, 64)
-SURFACES = ("openai", "anthropic")
+SURFACES = ("openai", "anthropic", "responses")
 
 # Timed requests per run: about a second each on this machine; --quick halves them.
 COUNTS = {
     ("plain", 1): 300, ("plain", 16): 800, ("plain", 64): 1280,
     ("stream", 1): 200, ("stream", 16): 320, ("stream", 64): 512,
 }
-PATHS = {"openai": "/llm/v1/chat/completions", "anthropic": "/llm/v1/messages",
+PATHS = {"openai": "/llm/v1/chat/completions", "anthropic": "/llm/v1/messages", "responses": "/llm/v1/responses",
          "direct": "/v1/chat/completions", "litellm-openai": "/v1/chat/completions",
          "litellm-anthropic": "/v1/messages"}
 
 
 def client_body(surface: str, stream: bool) -> dict:
+    if surface == "responses":  # store: false, as Codex sends it: the store is not what is measured
+        return {"model": CLIENT_MODEL, "max_output_tokens": MAX_TOKENS, "input": PROMPT, "store": False,
+                "stream": stream}
     body: dict = {"model": CLIENT_MODEL, "max_tokens": MAX_TOKENS,
                   "messages": [{"role": "user", "content": PROMPT}]}
     if stream:
@@ -215,6 +218,8 @@ class Bench:
                         for target in targets:
                             if target == "floor" and surface != "openai":
                                 continue  # the bare relay does not translate dialects
+                            if target == "litellm" and surface == "responses":
+                                continue  # measured against LiteLLM for the other two only
                             self.measure(rep, target, surface, stream, c)
             if rep == 0:
                 # idle after the first full pass: all code paths loaded, nothing in flight
@@ -308,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")), default=CONCURRENCY,
                    help="a subset of 1,16,64 (default all three)")
     p.add_argument("--surfaces", type=lambda s: tuple(s.split(",")), default=SURFACES,
-                   help="openai,anthropic (default both)")
+                   help="openai,anthropic,responses (default all)")
     p.add_argument("--no-queue-check", dest="queue_check", action="store_false",
                    help="skip the exactly-enough-slots comparison")
     p.add_argument("--out", help="JSON result file (default bench/results/bench-<time>.json)")
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--concurrency: {bad} not in 1,16,64")
     unknown = [x for x in args.surfaces if x not in SURFACES]
     if unknown or not args.surfaces:
-        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic")
+        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses")
     bench = Bench(args)
     try:
         result = bench.run()

@@ -36,6 +36,10 @@ class Gateway:
         self.llm = self.url + "/llm"  # Anthropic SDK base_url
 
     def write_config(self, config: dict) -> None:
+        # stored Responses go to this gateway's own directory, never to a shared default path
+        config = {**config, "responses": {**config.get("responses", {})}}
+        config["responses"]["store"] = {"path": os.path.join(self.dir, "responses.sqlite3"),
+                                        **config["responses"].get("store", {})}
         with open(self.config_path, "w") as f:
             yaml.safe_dump(config, f, sort_keys=False)
 

@@ -100,6 +100,18 @@ class Anthropic(msgspec.Struct, forbid_unknown_fields=True):
     signing_key_env: str | None = None
 
 
+class ResponseStore(msgspec.Struct, forbid_unknown_fields=True):
+    # SQLite file for stored Responses (`store: true`); default under $XDG_STATE_HOME (or
+    # ~/.local/state)/homelab-frontend/. With a `cluster:` section they live in its Redis instead.
+    path: str | None = None
+    ttl_s: float = 30 * 24 * 3600.0  # a stored response is forgotten this long after it was made
+    max_bytes: int = 256 * 1024 * 1024  # the oldest responses go first beyond this total
+
+
+class Responses(msgspec.Struct, forbid_unknown_fields=True):
+    store: ResponseStore = msgspec.field(default_factory=ResponseStore)
+
+
 class Cluster(msgspec.Struct, forbid_unknown_fields=True):
     redis_url: str
     lease_s: float = 10.0
@@ -114,6 +126,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     auth: Auth = msgspec.field(default_factory=Auth)
     limits: Limits = msgspec.field(default_factory=Limits)
     anthropic: Anthropic = msgspec.field(default_factory=Anthropic)
+    responses: Responses = msgspec.field(default_factory=Responses)
     cluster: Cluster | None = None
     shutdown_grace_s: float = 30.0  # SIGTERM: how long in-flight requests may finish
     access_log: str | None = None  # a file path; default: stderr
@@ -245,6 +258,10 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
             problems.append(f"cluster.redis_url: {cfg.cluster.redis_url!r} is not a redis URL")
         if cfg.cluster.lease_s <= 0:
             problems.append("cluster.lease_s: must be more than 0")
+    if cfg.responses.store.ttl_s <= 0:
+        problems.append("responses.store.ttl_s: must be more than 0")
+    if cfg.responses.store.max_bytes < 1:
+        problems.append("responses.store.max_bytes: must be at least 1")
     if cfg.shutdown_grace_s < 0:
         problems.append("shutdown_grace_s: must be 0 or more")
     return problems

@@ -78,15 +78,17 @@ def check_json(body: bytes, limits: Limits, *, counted: tuple[str, ...] = ("mess
             value = doc.get(field)
             limit = _limit_of(limits, field)
             if isinstance(value, list) and len(value) > limit:
+                name, noun = ("max_messages", "items") if field == "input" else (f"max_{field}", field)
                 raise GatewayError(
                     "invalid_request",
-                    f"{field}: {len(value)} {field} is more than the limit of {limit} (limits.max_{field})",
+                    f"{field}: {len(value)} {noun} is more than the limit of {limit} (limits.{name})",
                     param=field,
                 )
 
 
 def _limit_of(limits: Limits, field: str) -> int:
-    return limits.max_messages if field == "messages" else limits.max_tools
+    # a Responses request's `input` items are its messages
+    return limits.max_messages if field in ("messages", "input") else limits.max_tools
 
 
 def _too_deep(doc: Any, limit: int) -> str | None:

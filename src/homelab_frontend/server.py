@@ -29,6 +29,8 @@ from .surfaces import openai_errors
 from .surfaces.anthropic import errors as anthropic_errors
 from .surfaces.anthropic import handler as anthropic_surface
 from .surfaces.anthropic.signature import ThinkingSigner
+from .surfaces.responses import errors as responses_errors
+from .surfaces.responses import handler as responses_surface
 from .tracker import Tracked, Tracker, new_request_id
 from .upstream import UpstreamClient
 
@@ -68,6 +70,7 @@ class Gateway:
         self._kicked: dict[str, asyncio.Task] = {}
         self._retiring: set[asyncio.Task] = set()
         self.apply(cfg)
+        self.responses = responses_surface.State(self)  # reasoning sealer and the response store
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -236,6 +239,7 @@ class Gateway:
         await asyncio.gather(*retiring, return_exceptions=True)
         for client in self.clients.values():
             await client.close()
+        await self.responses.close()
         if self.cluster is not None:
             await self.cluster.close()  # gives back any slot still held, then disconnects
 
@@ -252,7 +256,8 @@ def _loop_running() -> bool:
 
 
 def surface(dialect: str, fn: Handler):
-    render = anthropic_errors.render_error if dialect == "anthropic" else openai_errors.render_error
+    render = {"anthropic": anthropic_errors.render_error,
+              "responses": responses_errors.render_error}.get(dialect, openai_errors.render_error)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]
@@ -387,6 +392,10 @@ def build_app(gw: Gateway) -> web.Application:
     r.add_post("/llm/v1/embeddings", surface("openai", openai_surface.embeddings), **x)
     r.add_post("/llm/v1/messages", surface("anthropic", anthropic_surface.messages), **x)
     r.add_post("/llm/v1/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
+    r.add_post("/llm/v1/responses", surface("responses", responses_surface.create), **x)
+    r.add_get("/llm/v1/responses/{id}", surface("responses", responses_surface.retrieve), **x)
+    r.add_delete("/llm/v1/responses/{id}", surface("responses", responses_surface.delete), **x)
+    r.add_route("*", "/llm/v1/responses/{tail:.*}", _unknown("responses"), **x)
     r.add_route("*", "/llm/v1/messages/{tail:.*}", _unknown("anthropic"), **x)
     r.add_route("*", "/llm/v1/messages", _unknown("anthropic"), **x)  # GET /messages: still Anthropic
     # Claude Code warms its connection with `HEAD $ANTHROPIC_BASE_URL`, i.e. HEAD /llm (or /llm/).

@@ -36,6 +36,10 @@ def _anthropic(gw, prompt, stream=True):
                                             "messages": [{"role": "user", "content": prompt}]})
 
 
+def _responses(gw, prompt, stream=True):
+    return post_raw(gw.base + "/responses", {"model": "m", "stream": stream, "store": False, "input": prompt})
+
+
 def test_never_more_in_flight_than_slots_and_all_complete(slow_stub):
     slow_stub.reset()
     with _gw(slow_stub, slots=2) as gw:
@@ -68,6 +72,11 @@ def test_full_queue_is_refused_in_each_dialect_with_retry_after(slow_stub):
         status, hdrs, raw = _anthropic(gw, "hi")
         assert status == 529 and int(hdrs["retry-after"]) >= 1
         assert json.loads(raw)["error"]["type"] == "overloaded_error"
+        status, hdrs, raw = _responses(gw, "hi")
+        assert status == 429 and int(hdrs["retry-after"]) >= 1
+        err = json.loads(raw)["error"]
+        # the sentence Codex reads its retry delay from
+        assert err["type"] == "rate_limit_error" and f"try again in {hdrs['retry-after']}s" in err["message"]
         hold.join()
         queued.join()
         assert gw.admin()["backends"]["b"]["in_use"] == 0
@@ -92,18 +101,19 @@ def test_cancel_while_queued_leaves_the_queue(slow_stub):
         hold.start()
         wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 1, 5)
         for path, body in (("/chat/completions", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}),
-                           ("/messages", {"model": "m", "stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]})):
+                           ("/messages", {"model": "m", "stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}),
+                           ("/responses", {"model": "m", "stream": True, "input": "x"})):
             post_and_vanish(gw.base + path, body, after_s=0.3)
             wait_for(lambda: gw.admin()["backends"]["b"]["queued"] == 0, 1)
         hold.join()
         assert slow_stub.stats()["total"] == 1  # the vanished ones never reached the backend
         outcomes = [r["outcome"] for r in gw.access_log()]
-        assert outcomes.count("cancelled_queued") == 2
+        assert outcomes.count("cancelled_queued") == 3
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses"])
 def test_first_token_timeout(slow_stub, dialect):
-    call = _openai if dialect == "openai" else _anthropic
+    call = {"openai": _openai, "anthropic": _anthropic, "responses": _responses}[dialect]
     with _gw(slow_stub, first_token_s=0.4) as gw:
         # upstream headers never come: a clean HTTP error in the dialect
         status, _, raw = call(gw, "[stub headers_ms=3000]")
@@ -112,7 +122,10 @@ def test_first_token_timeout(slow_stub, dialect):
         # headers came, the first token did not: the stream has started, so an error in-stream
         status, _, raw = call(gw, "[stub ttft_ms=3000]")
         assert status == 200 and b"first token" in raw
-        assert (b"[DONE]" not in raw) if dialect == "openai" else (b"message_stop" not in raw and b"event: error" in raw)
+        if dialect == "responses":
+            assert b"event: response.failed" in raw and b"response.completed" not in raw
+        else:
+            assert (b"[DONE]" not in raw) if dialect == "openai" else (b"message_stop" not in raw and b"event: error" in raw)
         wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 0, 2)
 
 

@@ -1,5 +1,5 @@
 """A client that goes away in any phase cancels the upstream generation at once and frees the
-slot, in both dialects: the stub logs `cancelled` within a second and runs nothing."""
+slot, in every dialect: the stub logs `cancelled` within a second and runs nothing."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ PHASES = {
 def _body(dialect: str, prompt: str, stream: bool) -> tuple[str, dict]:
     if dialect == "openai":
         return "/chat/completions", {"model": "reasoning", "stream": stream, "messages": [{"role": "user", "content": prompt}]}
+    if dialect == "responses":
+        return "/responses", {"model": "reasoning", "stream": stream, "input": prompt}
     return "/messages", {"model": "reasoning", "stream": stream, "max_tokens": 1024,
                          "messages": [{"role": "user", "content": prompt}]}
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses"])
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_disconnect_cancels_upstream_and_frees_slot(gateway, vllm_stub, stubs, dialect, phase):
     prompt, stream, stay = PHASES[phase]

@@ -45,6 +45,12 @@ DEFAULT_REASONING_TOKENS = 8
 AGENT_REASONING_TOKENS = 4
 LONG_CONTENT_TOKENS = 400
 AGENT_BASH_ARGUMENTS = {"command": "echo hello-from-tool"}
+# The same command for the shell tools of other agents: Codex CLI's `exec_command` and `shell`.
+AGENT_SHELL_ARGUMENTS = {
+    "Bash": AGENT_BASH_ARGUMENTS,
+    "exec_command": {"cmd": "echo hello-from-tool"},
+    "shell": {"command": ["bash", "-lc", "echo hello-from-tool"]},
+}
 # Per-message overhead of the pretend chat template; the same rule serves /tokenize and usage.
 TOKENS_PER_MESSAGE = 4
 
@@ -257,8 +263,8 @@ _PLACEHOLDERS = {"string": "hello", "integer": 1, "number": 1, "boolean": True, 
 
 def agent_arguments(tools: Any, name: str) -> dict:
     """Arguments the scripted agent passes: a fixed command for Bash, else required fields filled."""
-    if name == "Bash":
-        return dict(AGENT_BASH_ARGUMENTS)
+    if name in AGENT_SHELL_ARGUMENTS:
+        return dict(AGENT_SHELL_ARGUMENTS[name])
     schema = _tool_schema(tools, name)
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
@@ -267,6 +273,11 @@ def agent_arguments(tools: Any, name: str) -> dict:
         prop = props.get(key) if isinstance(props.get(key), dict) else {}
         out[key] = _PLACEHOLDERS.get(prop.get("type"), "hello")
     return out
+
+
+def _shell_tool(names: list[str]) -> str:
+    """The agent's tool: a shell one when offered (Claude Code's Bash, Codex's exec_command)."""
+    return next((n for n in AGENT_SHELL_ARGUMENTS if n in names), names[0])
 
 
 def _content_tokens(directives: Directives, prompt: str, default_count: int) -> list[str]:
@@ -376,9 +387,9 @@ def make_plan(
     elif tools_allowed and directives.tool:
         target = directives.tool
     elif tools_allowed and tool_choice == "required":
-        target = "Bash" if "Bash" in names else names[0]
+        target = _shell_tool(names)
     elif tools_allowed and agent and last_role != "tool":
-        target = "Bash" if "Bash" in names else names[0]
+        target = _shell_tool(names)
 
     if agent and tools_allowed and last_role == "tool" and target is None:
         result = message_text(last).strip()

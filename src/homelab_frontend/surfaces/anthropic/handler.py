@@ -11,7 +11,6 @@ connection alive whenever the upstream is silent for `anthropic.ping_interval_s`
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Callable
 
 import aiohttp
 import msgspec
@@ -24,57 +23,17 @@ from ...exchange import Exchange
 from ...prompt_count import count_prompt
 from ...stopmatch import StopMatcher
 from ...tracker import GENERATING, Tracked
-from ...upstream import sse_payloads
-from ...upstream_decode import ChunkDecoder, decode_completion
+from ...upstream_decode import decode_completion
 from ...upstream_request import build_body
 from ..body import decode_object
+from ..upstream_events import Midstream as _Midstream
+from ..upstream_events import gateway_stops as _gateway_stops
+from ..upstream_events import stream_events as _stream_events
 from .request import parse_request
 from .response import MessageAssembler, new_message_id
 from .stream import AnthropicStreamEncoder
 
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
-_CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
-
-
-class _Midstream(Exception):
-    """The upstream failed after the answer started."""
-
-
-async def _stream_events(
-    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None,
-    on_first: Callable[[], None] | None = None,
-) -> AsyncIterator[list[c.Event]]:
-    """Batches of canonical events from an upstream SSE body, as they arrive. Ends normally only
-    when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired. `on_first` is
-    called at the first generated token, whose batch is yielded at once, without the rest of
-    what arrived with it."""
-    decoder = ChunkDecoder()
-    first = True
-    try:
-        async for batch in sse_payloads(upstream.content):
-            ex.progress += 1
-            events: list[c.Event] = []
-            for payload in batch:
-                got = decoder.feed(payload)
-                if matcher is not None:
-                    got = [e2 for e in got for e2 in matcher.feed(e)]
-                events.extend(got)
-                if first and any(isinstance(e, _CONTENT) for e in got):
-                    first = False
-                    if on_first is not None:
-                        on_first()
-                    yield events
-                    events = []
-            if events:
-                yield events
-            if matcher is not None and matcher.matched is not None:
-                return  # the rest of the generation is not wanted: closing the exchange stops it
-            if decoder.done:
-                ex.complete = True
-                return
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
-        raise _Midstream("the backend closed the connection mid-stream") from None
-    raise _Midstream("the backend ended the stream without finishing it")
 
 
 def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
@@ -84,13 +43,6 @@ def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
     during a long prefill precedes. Used only then; message_delta carries the real count."""
     images = sum(len(p.url) for m in req.messages for p in m.parts if isinstance(p, c.ImagePart))
     return max(1, (len(body) - images) // 4)
-
-
-def _gateway_stops(req: c.Request, ex: Exchange) -> bool:
-    """Upstreams that do not say which stop string fired (Ollama, llama.cpp) get no `stop`; the
-    gateway matches the strings itself on the stream and stops the generation when one fires."""
-    assert ex.backend is not None
-    return bool(req.stop) and not ex.backend.cfg.reports_stop_reason
 
 
 async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:

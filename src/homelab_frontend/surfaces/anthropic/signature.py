@@ -22,6 +22,11 @@ class ThinkingSigner:
         self._secret = secret if secret is not None else os.urandom(32)
         self._sealer = _Sealer(self._secret)
 
+    def derive(self, label: bytes) -> bytes:
+        """A key for another purpose under the same secret (the Responses surface seals its
+        reasoning blobs with one), independent of the signing key and of every other label."""
+        return hmac.new(self._secret, b"hlf-derive:" + label, hashlib.sha256).digest()
+
     def begin(self) -> "hmac.HMAC":
         """An incremental MAC: feed it each thinking delta (`mac.update(text.encode())`)."""
         return hmac.new(self._secret, digestmod=hashlib.sha256)

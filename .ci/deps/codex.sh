@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Codex CLI for tests/e2e/test_codex.py: one pinned release from the npm registry into the
+# project-local, gitignored .cache/codex. A no-op when that release is already there.
+#
+# Why 0.171.0: the newest release when the Responses surface was built (it speaks only the
+# Responses API). The npm package is a small Node launcher (engines: node >= 16, so Node 20 is
+# fine); the platform's native binary comes as an optional dependency aliased to
+# `@openai/codex@<version>-<platform>`, so --include=optional is required.
+set -euo pipefail
+VERSION=0.171.0
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+DEST="$ROOT/.cache/codex"
+BIN="$DEST/node_modules/.bin/codex"
+
+installed() {
+  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q " $VERSION\$"
+}
+
+if installed; then
+  exit 0
+fi
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  apt-get update
+  apt-get install -y --no-install-recommends nodejs npm
+fi
+
+mkdir -p "$DEST"
+npm install --prefix "$DEST" --no-save --no-audit --no-fund --include=optional "@openai/codex@$VERSION"
+installed || { echo "codex.sh: @openai/codex@$VERSION did not install into $DEST" >&2; exit 1; }
+echo "codex.sh: installed $("$BIN" --version) into $DEST"

@@ -1,0 +1,121 @@
+"""The Responses surface in front of llama.cpp's real `llama-server` with a real model (Gemma 3
+270M): the openai SDK's responses.create and responses.stream, the length limit, and a client
+that leaves mid-stream, judged by llama.cpp's own /slots (no slot still processing) and /metrics.
+
+llama-server and the model come from `.ci/deps/llama-cpp.sh` (cached under
+~/.cache/homelab-frontend/llama.cpp, or $HLF_LLAMA_HOME). Without them these tests fail, naming
+the script: they do not skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from gwproc import Gateway, config_for
+from rawhttp import post_and_vanish
+from stubproc import free_port, wait_for
+
+HOME = Path(os.environ.get("HLF_LLAMA_HOME", Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"))
+BIN = HOME / "11434.0.0" / "bin" / "llama-server"
+MODEL = HOME / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = resp.read()
+    return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    assert BIN.exists() and MODEL.exists(), f"llama-server or the model is missing: run bash .ci/deps/llama-cpp.sh ({BIN}, {MODEL})"
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("llama") / "llama-server.log", "wb")
+    proc = subprocess.Popen([str(BIN), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
+                             "-np", "2", "-t", "1", "--slots", "--metrics"], stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        def healthy():
+            try:
+                return _get(url + "/health")
+            except OSError:
+                assert proc.poll() is None, "llama-server exited"
+                return None
+        wait_for(healthy, 60, 0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(llama):
+    cfg = config_for({"llama": {"url": llama + "/v1", "kind": "llamacpp", "slots": 2}},
+                     {"gemma": {"backend": "llama"}})
+    with Gateway(cfg) as gw:
+        yield gw
+
+
+def _processing(llama: str) -> list[int]:
+    return [s["id"] for s in _get(llama + "/slots") if s.get("is_processing")]
+
+
+def test_create_and_stream_against_llama_cpp(gateway, llama):
+    client = openai.OpenAI(base_url=gateway.base, api_key="unused", max_retries=0)
+    prompt = "Name three colours."
+    plain = client.responses.create(model="gemma", input=prompt, temperature=0, max_output_tokens=24, store=False)
+    assert plain.status in ("completed", "incomplete") and plain.model == "gemma"
+    assert plain.output_text.strip()
+    assert plain.usage.input_tokens > 5 and plain.usage.output_tokens > 0
+    with client.responses.stream(model="gemma", input=prompt, temperature=0, max_output_tokens=24, store=False) as s:
+        deltas = [e.delta for e in s if e.type == "response.output_text.delta"]
+        final = s.get_final_response()
+    assert "".join(deltas) == final.output_text == plain.output_text
+    assert final.usage.output_tokens == plain.usage.output_tokens
+
+
+def test_max_output_tokens_is_incomplete(gateway):
+    client = openai.OpenAI(base_url=gateway.base, api_key="unused", max_retries=0)
+    r = client.responses.create(model="gemma", input="Write a long story about a dragon.", max_output_tokens=4, store=False)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 4
+
+
+def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
+    before = _get(llama + "/metrics")
+    post_and_vanish(gateway.base + "/responses", {"model": "gemma", "stream": True, "store": False,
+                                                  "max_output_tokens": 2000,
+                                                  "input": "Write a very long story about a dragon."},
+                    after_bytes=3000)
+    gone = time.monotonic()
+    wait_for(lambda: not _processing(llama), 3.0, 0.05)
+    assert time.monotonic() - gone < 3.0
+    wait_for(lambda: gateway.admin()["backends"]["llama"]["in_use"] == 0, 2.0)
+    rec = wait_for(lambda: [r for r in gateway.access_log() if r["outcome"].startswith("cancelled")], 2)
+    assert rec[-1]["dialect"] == "responses" and rec[-1]["outcome"] == "cancelled_streaming"
+    # llama.cpp generated far fewer than the 2000 tokens asked for
+    def tokens(metrics: str) -> float:
+        line = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
+        return float(line[0].split()[-1]) if line else 0.0
+    assert tokens(_get(llama + "/metrics")) - tokens(before) < 1000
+
+
+def test_a_prompt_over_the_context_is_context_length_exceeded(gateway):
+    client = openai.OpenAI(base_url=gateway.base, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.responses.create(model="gemma", input="dragon " * 3000, store=False)
+    assert exc.value.body["code"] == "context_length_exceeded" and exc.value.body["param"] == "input"
