@@ -36,6 +36,7 @@ from . import canonical as c
 
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id")
 _MAX_KEY = 256  # a header is client input: bounded before hashing
+_MAX_PART = 1 << 16  # of each opening part, this much is hashed: enough to tell conversations apart
 
 
 def _digest(*parts: str) -> bytes:
@@ -52,11 +53,11 @@ def opening_key(req: c.Request) -> str | None:
     parts: list[str] = []
     for m in req.messages:
         if m.role == "system":
-            parts.append("s:" + m.text())
+            parts.append("s:" + m.text()[:_MAX_PART])
             continue
         if m.role != "user":
             return None  # a conversation that does not open with the user: nothing stable to hash
-        parts.append("u:" + "\n".join(p.text if isinstance(p, c.TextPart) else p.url for p in m.parts))
+        parts.append("u:" + "\n".join((p.text if isinstance(p, c.TextPart) else p.url)[:_MAX_PART] for p in m.parts))
         return "o:" + _digest(*parts).hex()
     return None
 

@@ -37,6 +37,11 @@ class Route:
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
 
+    @property
+    def wants_session(self) -> bool:
+        """Whether a session key could change the choice (so is worth computing at all)."""
+        return self.affinity and len(self.backends) > 1
+
     def choose(self, session: str | None = None) -> BackendState:
         return self.place(session)[0]
 

@@ -89,7 +89,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "openai")
-    session = session_key(request.headers, req)
+    session = session_key(request.headers, req) if route.wants_session else None
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)

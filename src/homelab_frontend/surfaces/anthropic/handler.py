@@ -100,7 +100,7 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "anthropic")
     message_id = new_message_id()
-    session = session_key(request.headers, req)
+    session = session_key(request.headers, req) if route.wants_session else None
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         gateway_stops = _gateway_stops(req, ex)
