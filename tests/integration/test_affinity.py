@@ -50,6 +50,9 @@ def test_sessions_stay_on_their_backend_and_spread_over_both(stubs, header):
     with Gateway(gateway_config([s.url for s in stubs], affinity=True, slots=SPEC.slots)) as gw:
         result = run_policy(stubs, gw.url, spec, "affinity")
         status, text = gw.get("/metrics")
+        log = [line for line in gw.access_log() if line["path"] == "/llm/v1/messages"]
+    assert len(log) == 40 and {line["affinity"] for line in log} == {"hit"}, log[:2]
+    assert sum(line["tokens_cached"] or 0 for line in log) == sum(result.cached_tokens.values())
     summary = result.summary(spec)
     assert summary["turns"] == 40
     assert summary["turns_on_session_backend"] >= 0.9, summary
