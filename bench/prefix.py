@@ -79,11 +79,11 @@ def save_session(path: Path, meta: dict, requests: list[dict]) -> None:
     out = []
     for r in requests:
         body = dict(r["body"])
-        for k in ("system", "tools"):
-            if k in body:
+        for k in ("system", "tools", "messages"):  # each block, tool and message once
+            if isinstance(body.get(k), list):
+                body[k] = [_ref(blobs, v) for v in body[k]]
+            elif k in body:
                 body[k] = _ref(blobs, body[k])
-        if isinstance(body.get("messages"), list):
-            body["messages"] = [_ref(blobs, m) for m in body["messages"]]
         out.append({"path": r["path"], "headers": r.get("headers", {}), "conversation": r["conversation"],
                     "body": body})
     path.write_text(json.dumps({**meta, "requests": out, "blobs": blobs}, indent=0, ensure_ascii=False) + "\n")
@@ -94,11 +94,11 @@ def load_session(path: Path) -> dict:
     blobs = doc.pop("blobs", {})
     for r in doc["requests"]:
         body = r["body"]
-        for k in ("system", "tools"):
-            if k in body:
+        for k in ("system", "tools", "messages"):
+            if isinstance(body.get(k), list):
+                body[k] = [_deref(blobs, v) for v in body[k]]
+            elif k in body:
                 body[k] = _deref(blobs, body[k])
-        if isinstance(body.get("messages"), list):
-            body["messages"] = [_deref(blobs, m) for m in body["messages"]]
     return doc
 
 
