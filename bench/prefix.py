@@ -32,6 +32,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -180,6 +181,7 @@ def _strings(value: Any, keys: tuple[str, ...] = ("text", "content")) -> list[st
 
 
 BILLING = "x-anthropic-billing-header"
+COUNTER = re.compile(r"<total_tokens>[^<>]{0,64}</total_tokens>")
 
 
 def client_texts(r: dict) -> list[str]:
@@ -191,7 +193,9 @@ def client_texts(r: dict) -> list[str]:
             texts.append(call.get("function", {}).get("name", ""))
         if isinstance(m.get("content"), list):
             texts += [b.get("name", "") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
-    # dropped on purpose (README): the per-request billing header means nothing to a local model
+    # dropped on purpose (README): the per-request billing header and Claude Code's token counter
+    # mean nothing to a local model
+    texts = [COUNTER.sub("\n", t) for t in texts]
     return [t.strip() for t in texts if t.strip() and not t.startswith(BILLING)]
 
 

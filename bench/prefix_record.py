@@ -7,6 +7,9 @@ reports the tool's output, with reasoning that comes back signed as `thinking`):
 - claude-code: the pinned Claude Code (`.ci/deps/claude-code.sh` installs it into
   .cache/claude-code) runs `claude -p` three times in one working directory, the second and
   third with `--continue`, through a recording pass-through proxy (tests/recording_proxy.py);
+- claude-code-countdown: the same with CLAUDE_CODE_TOTAL_TOKENS_REMINDER=countdown, which puts a
+  live `<total_tokens>N tokens left</total_tokens>` at the end of the system prompt and after
+  each tool result;
 - anthropic-sdk: the Anthropic SDK, tools, streamed and whole turns, thinking sent back, and
   `role: system` entries inside `messages` (as recent Claude Code sends them);
 - openai-sdk: the OpenAI SDK, tools, and a system message in the middle of the conversation.
@@ -167,7 +170,7 @@ def _openai_session(stack: Stack) -> list[dict]:
     return rec.requests
 
 
-def _claude_code_session(stack: Stack) -> tuple[str, list[dict]]:
+def _claude_code_session(stack: Stack, extra_env: dict | None = None) -> tuple[str, list[dict]]:
     done = subprocess.run(["bash", str(INSTALLER)], capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"could not install Claude Code:\n{done.stdout}\n{done.stderr}")
@@ -185,7 +188,8 @@ def _claude_code_session(stack: Stack) -> tuple[str, list[dict]]:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
                "SHELL": shutil.which("bash") or "/bin/bash", "LANG": "C.UTF-8",
                "ANTHROPIC_BASE_URL": proxy.url + "/llm", "ANTHROPIC_AUTH_TOKEN": "x",
-               "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+               "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+               **(extra_env or {})}
         for i, prompt in enumerate(prompts):
             args = [str(CLAUDE), "-p", prompt, "--allowedTools", "Bash"] + (["--continue"] if i else [])
             run = subprocess.run(args, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
@@ -209,6 +213,10 @@ def record_all() -> None:
         version, cc = _claude_code_session(stack)
         save_session(SESSIONS / "claude-code.json",
                      {"client": f"Claude Code {version}", "recorded_with": "python -m bench.prefix --record"}, cc)
+        version, cc = _claude_code_session(stack, {"CLAUDE_CODE_TOTAL_TOKENS_REMINDER": "countdown"})
+        save_session(SESSIONS / "claude-code-countdown.json",
+                     {"client": f"Claude Code {version}, CLAUDE_CODE_TOTAL_TOKENS_REMINDER=countdown",
+                      "recorded_with": "python -m bench.prefix --record"}, cc)
         import anthropic
         import openai
 
