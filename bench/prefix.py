@@ -34,7 +34,6 @@ import json
 import os
 import re
 import sys
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from typing import Any
 import yaml
 
 from .chat_render import TEMPLATES, Template, TemplateRefused, render
-from .procs import ROOT, Proc, workdir
+from .procs import Proc, workdir
 
 SESSIONS = Path(__file__).resolve().parent / "sessions"
 UPSTREAM = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
@@ -284,7 +283,7 @@ class TemplateReport:
     lost_examples: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
-        ours = [s for s in self.shares]
+        ours = self.shares
         return {
             "requests": self.requests,
             "rendered": self.requests - self.refused_template - self.refused_ours,

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from .prefix import SESSIONS, KEPT_HEADERS, Stack, save_session, start_stack
 from .procs import ROOT, workdir
