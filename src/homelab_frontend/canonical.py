@@ -81,6 +81,9 @@ class Request(msgspec.Struct):
     # OpenAI-surface parameters that have no canonical meaning but are safe to pass on
     # (seed, response_format, logprobs, ...): an allow-list in the OpenAI surface fills this.
     extra: dict = msgspec.field(default_factory=dict)
+    # The client's name for the conversation (OpenAI `prompt_cache_key`): routing only, never
+    # forwarded (see affinity.py).
+    cache_key: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------

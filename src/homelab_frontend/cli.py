@@ -29,7 +29,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print("models:")
     for name, m in cfg.models.items():
         up = m.upstream_model or name
-        print(f"  {name:<28} -> {', '.join(m.backend_names())}  (upstream model {up})")
+        policy = ""
+        if len(m.backend_names()) > 1:
+            policy = f", session affinity (wait <= {m.affinity_max_wait_s:g}s)" if m.affinity else ", most free slots"
+        print(f"  {name:<28} -> {', '.join(m.backend_names())}  (upstream model {up}{policy})")
     if cfg.aliases:
         print("aliases:")
         for pattern, target in cfg.aliases.items():

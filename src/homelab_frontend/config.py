@@ -64,6 +64,10 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     # message (every chat template accepts that), or sent as they are (templates that render
     # them in place, e.g. Qwen2.5, Llama 3.1). See system_turns.py.
     system_turns: Literal["merge", "native"] = "merge"
+    # Several backends: keep a conversation's turns on one of them, for its prefix cache
+    # (affinity.py); a turn waits at most this much longer there than on the least-loaded one.
+    affinity: bool = True
+    affinity_max_wait_s: float = 2.0
 
     def backend_names(self) -> list[str]:
         if self.backends:
@@ -235,6 +239,8 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         names = m.backend_names()
         if not names:
             problems.append(f"{p}.backend: missing (which backend serves this model?)")
+        if m.affinity_max_wait_s < 0:
+            problems.append(f"{p}.affinity_max_wait_s: must be 0 or more")
         for i, bname in enumerate(names):
             key = f"{p}.backend" if m.backend else f"{p}.backends[{i}]"
             if bname not in cfg.backends and bname not in raw_backends:

@@ -48,8 +48,10 @@ class Exchange:
         route: Route,
         clients: dict[str, UpstreamClient],
         principal: Principal = ANONYMOUS,
+        session: str | None = None,
     ) -> None:
         self.t = tracked
+        self.session = session  # the conversation's key, for session affinity (affinity.py)
         self.route = route
         self.clients = clients
         self.principal = principal
@@ -70,7 +72,8 @@ class Exchange:
 
     async def admit(self) -> BackendState:
         self.t.phase = QUEUED
-        backend = self.backend = self.route.choose()
+        backend, self.t.affinity = self.route.place(self.session)
+        self.backend = backend
         self.t.backend = backend.name
         t0 = time.monotonic()
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import affinity
 from . import config as cfgmod
 from .errors import GatewayError
 from .slots import SlotPool
@@ -34,14 +35,29 @@ class Route:
     backends: tuple[BackendState, ...]
     max_model_len: int | None
     system_turns: str = "merge"  # config.Model.system_turns
+    affinity: bool = True
+    affinity_max_wait_s: float = 2.0
 
-    def choose(self) -> BackendState:
-        """The backend with the most free slots (then the shortest queue) among those up.
-        When all are down, fail fast instead of queueing for a backend that cannot answer."""
+    @property
+    def wants_session(self) -> bool:
+        """Whether a session key could change the choice (so is worth computing at all)."""
+        return self.affinity and len(self.backends) > 1
+
+    def choose(self, session: str | None = None) -> BackendState:
+        return self.place(session)[0]
+
+    def place(self, session: str | None = None) -> tuple[BackendState, str | None]:
+        """The backend for a request, and how affinity went: "hit" (its session's backend),
+        "spill" (that one was too busy: the least loaded instead), or None (no session key, one
+        backend up, or affinity off). Without affinity: the backend with the most free slots
+        (then the shortest queue) among those up. When all are down, fail fast instead of
+        queueing for a backend that cannot answer."""
         best: BackendState | None = None
+        up: list[BackendState] = []
         for b in self.backends:
             if not b.up:
                 continue
+            up.append(b)
             if best is None or (b.free, -b.pool.queued) > (best.free, -best.pool.queued):
                 best = b
         if best is None:
@@ -54,7 +70,17 @@ class Route:
                 status=503,
                 retry_after=5,
             )
-        return best
+        if session is None or not self.affinity or len(up) < 2:
+            return best, None
+        preferred = max(up, key=lambda b: affinity.score(session, b.name))
+        if preferred is best or preferred.free > 0:
+            return preferred, "hit"
+        pool = preferred.pool
+        if pool.queued < pool.depth and (
+            pool.expected_wait_s() <= best.pool.expected_wait_s() + self.affinity_max_wait_s
+        ):
+            return preferred, "hit"
+        return best, "spill"
 
     def context_length(self, backend: BackendState) -> int | None:
         return self.max_model_len or backend.cfg.max_model_len or backend.model_lens.get(
@@ -91,6 +117,8 @@ class Router:
             backends=tuple(self.backends[b] for b in m.backend_names()),
             max_model_len=m.max_model_len,
             system_turns=m.system_turns,
+            affinity=m.affinity,
+            affinity_max_wait_s=m.affinity_max_wait_s,
         )
         if len(self._cache) < 4096:  # client names are unbounded input: cap the memo
             self._cache[client_model] = route

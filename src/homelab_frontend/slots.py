@@ -60,6 +60,13 @@ class SlotPool:
         pos = self.queued + 1 if position is None else position
         return max(1.0, math.ceil(self._hold_s * pos / max(self.slots, 1)))
 
+    def expected_wait_s(self) -> float:
+        """How long a request arriving now would wait for a slot: 0 with one free, else the
+        queue ahead of it drained at the recent slot hold time (a guess, for routing)."""
+        if self.queued == 0 and self.in_use < self.slots:
+            return 0.0
+        return self._hold_s * (self.queued + 1) / max(self.slots, 1)
+
     async def acquire(self, key: str = "", priority: int = 0) -> None:
         """Take a slot, waiting in the queue if need be. Raises GatewayError("overloaded")."""
         if self.queued == 0 and self._try_take():

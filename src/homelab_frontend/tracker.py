@@ -28,6 +28,7 @@ class Tracked:
         "started", "started_wall", "tokens_out", "task", "cancel_reason",
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
+        "tokens_cached", "affinity",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -48,6 +49,8 @@ class Tracked:
         self.upstream_headers: float | None = None  # seconds from admission to upstream headers
         self.ttft: float | None = None  # seconds from arrival to the first token written
         self.tokens_in: int | None = None
+        self.tokens_cached: int | None = None  # of tokens_in, what the backend's prefix cache held
+        self.affinity: str | None = None  # "hit" | "spill" | None (routing.Route.place)
         self.status = 0
         self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"

@@ -359,7 +359,9 @@ def test_requests_stats_and_reset(vllm):
     assert seen["body"]["messages"][0]["content"] == "remember me [stub content=1]"
     assert seen["headers"]["x-trace"] == "t1"
     stats = vllm.stats()
-    assert stats == {"in_flight": 0, "max_in_flight": 1, "total": 1, "cancelled": 0, "completed": 1, "failed": 0}
+    assert stats == {"in_flight": 0, "max_in_flight": 1, "total": 1, "cancelled": 0, "completed": 1, "failed": 0,
+                     "prompt_tokens": 8, "cached_tokens": 0}  # 4 template tokens + 4 words; no cache modelled
+    assert seen["cached_tokens"] is None
 
 
 # -- Ollama flavour --

@@ -97,10 +97,22 @@ def test_stop_sequence_is_null_unless_a_stop_string_fired() -> None:
 
 
 def test_usage_maps_exactly_two_fields() -> None:
-    body = assemble(c.TextDelta("x"), c.Finish("length"),
-                    c.Usage(input_tokens=7, output_tokens=4, cached_input_tokens=3))
+    # seed 2.11: an upstream that reports no cached tokens gets input/output and nothing else
+    body = assemble(c.TextDelta("x"), c.Finish("length"), c.Usage(input_tokens=7, output_tokens=4))
     assert body["usage"] == {"input_tokens": 7, "output_tokens": 4}
     assert b"cache" not in msgspec.json.encode(body)
+
+
+def test_cached_prompt_tokens_become_cache_read_and_leave_input_tokens() -> None:
+    # Anthropic: total prompt = input_tokens + cache_read_input_tokens (+ cache_creation, never
+    # reported by an OpenAI-shaped upstream, so never sent)
+    body = assemble(c.TextDelta("x"), c.Finish("length"),
+                    c.Usage(input_tokens=7, output_tokens=4, cached_input_tokens=3))
+    assert body["usage"] == {"input_tokens": 4, "output_tokens": 4, "cache_read_input_tokens": 3}
+    assert b"cache_creation" not in msgspec.json.encode(body)
+    # a nonsensical count (more cached than the prompt) is not turned into a negative input
+    body = assemble(c.TextDelta("x"), c.Usage(input_tokens=2, output_tokens=1, cached_input_tokens=5))
+    assert body["usage"] == {"input_tokens": 2, "output_tokens": 1}
 
 
 def test_usage_last_reported_values_win() -> None:

@@ -97,3 +97,15 @@ def test_claude_aliases_catch_the_newest_model_names():
                         "aliases": {"claude-*haiku*": "q", "claude-*": "r"}})
     assert cfgmod.resolve_alias(cfg, "claude-opus-5-5") == "r"
     assert cfgmod.resolve_alias(cfg, "claude-haiku-5-5") == "q"
+
+
+def test_affinity_is_on_by_default_and_off_per_model():
+    cfg = cfgmod.parse({"backends": {"a": {"url": "http://127.0.0.1:1/v1"}, "b": {"url": "http://127.0.0.1:2/v1"}},
+                        "models": {"m": {"backends": ["a", "b"]}, "n": {"backends": ["a", "b"], "affinity": False}}})
+    assert cfg.models["m"].affinity is True and cfg.models["m"].affinity_max_wait_s == 2.0
+    assert cfg.models["n"].affinity is False
+    with pytest.raises(cfgmod.ConfigError) as err:
+        cfgmod.parse({"backends": {"a": {"url": "http://127.0.0.1:1/v1"}},
+                      "models": {"m": {"backend": "a", "affinity_max_wait_s": -1}, "k": {"backend": "a", "affinity": "yes"}}})
+    assert "models.m.affinity_max_wait_s: must be 0 or more" in err.value.problems
+    assert any(p.startswith("models.k.affinity") for p in err.value.problems), err.value.problems

@@ -39,6 +39,8 @@ class AccessLog:
             "duration_ms": _ms(time.monotonic() - t.started),
             "tokens_in": t.tokens_in,
             "tokens_out": t.tokens_out,
+            "tokens_cached": t.tokens_cached,
+            "affinity": t.affinity,
         }
         try:
             self._stream.write(_encode(line).decode() + "\n")

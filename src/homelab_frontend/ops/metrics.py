@@ -141,13 +141,15 @@ _NOOP = _Noop()
 class _Children:
     """The label series one finished request touches, looked up once per label set."""
 
-    __slots__ = ("requests", "queue_wait", "ttft", "tpot", "duration", "tokens_in", "tokens_out", "upstream_error")
+    __slots__ = ("requests", "queue_wait", "ttft", "tpot", "duration", "tokens_in", "tokens_out", "upstream_error",
+                 "tokens_cached")
 
     def __init__(self, m: "Metrics", dialect: str, model: str, backend: str, outcome: str) -> None:
         self.requests = m.requests.labels(dialect, model, backend, outcome)
         self.duration = m.duration.labels(dialect, backend, model)
         if not backend:  # refused before routing: no queue, no tokens; no empty-label series
             self.queue_wait = self.ttft = self.tpot = self.tokens_in = self.tokens_out = _NOOP
+            self.tokens_cached = _NOOP
             self.upstream_error = None
             return
         self.queue_wait = m.queue_wait.labels(backend)
@@ -155,6 +157,7 @@ class _Children:
         self.tpot = m.tpot.labels(backend, model)
         self.tokens_in = m.tokens_in.labels(backend, model)
         self.tokens_out = m.tokens_out.labels(backend, model)
+        self.tokens_cached = m.tokens_cached.labels(backend, model)
         kind = _UPSTREAM_KINDS.get(outcome)
         self.upstream_error = m.upstream_errors.labels(backend, kind) if kind else None
 
@@ -180,6 +183,12 @@ class Metrics:
             "hlf_input_tokens", "Prompt tokens, as the backend reported them.", ["backend", "model"])
         self.tokens_out = _Family(
             "hlf_output_tokens", "Generated tokens (the backend's count where it gave one).", ["backend", "model"])
+        self.tokens_cached = _Family(
+            "hlf_cached_input_tokens", "Prompt tokens the backend served from its prefix cache, as it reported "
+            "them (backends that report none count none).", ["backend", "model"])
+        self.affinity = _Family(
+            "hlf_affinity_requests", "Requests routed by session affinity: hit (their session's backend) or "
+            "spill (it was too busy: the least-loaded backend instead).", ["model", "result"])
         self.upstream_errors = _Family(
             "hlf_upstream_errors", "Requests that failed on the backend's side, by kind.", ["backend", "kind"])
         self.reloads = _Family(
@@ -191,8 +200,8 @@ class Metrics:
             ["backend", "how"])
         self.registry = r = CollectorRegistry()
         r.register(_Recorded([self.requests, self.queue_wait, self.ttft, self.tpot, self.duration,
-                              self.tokens_in, self.tokens_out, self.upstream_errors, self.reloads,
-                              self.clamps]))
+                              self.tokens_in, self.tokens_out, self.tokens_cached, self.affinity,
+                              self.upstream_errors, self.reloads, self.clamps]))
         r.register(_LiveCollector(gw))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
@@ -247,6 +256,10 @@ class Metrics:
         if t.tokens_out:
             c.tokens_out.inc(t.tokens_out)
             self.finished_tokens_out += t.tokens_out
+        if t.tokens_cached:
+            c.tokens_cached.inc(t.tokens_cached)
+        if t.affinity is not None:
+            self.affinity.labels(model, t.affinity).inc()
         if c.upstream_error is not None:
             c.upstream_error.inc()
         if t.clamp is not None and backend:
@@ -314,6 +327,17 @@ class Metrics:
         }
 
 
+def _hit_ratio_family(m: "Metrics") -> GaugeMetricFamily:
+    ratio = GaugeMetricFamily("hlf_affinity_hit_ratio", "Share of affinity-routed requests that went to their "
+                              "session's backend (since start).", labels=["model"])
+    by_model: dict[str, list[float]] = {}
+    for (model, result), series in m.affinity.series.items():
+        by_model.setdefault(model, [0.0, 0.0])[0 if result == "hit" else 1] += series.value
+    for model, (hits, spills) in sorted(by_model.items()):
+        ratio.add_metric([model], hits / (hits + spills) if hits + spills else 0.0)
+    return ratio
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
@@ -335,6 +359,8 @@ class _LiveCollector:
 
     def collect(self):
         gw = self.gw
+        if getattr(gw, "metrics", None) is not None:
+            yield _hit_ratio_family(gw.metrics)
         slots = GaugeMetricFamily("hlf_backend_slots", "Sequence slots configured for the backend.", labels=["backend"])
         in_use = GaugeMetricFamily("hlf_backend_slots_in_use", "Slots held by requests now.", labels=["backend"])
         queued = GaugeMetricFamily("hlf_backend_queued_requests", "Requests waiting for a slot now.", labels=["backend"])

@@ -18,7 +18,7 @@ import msgspec
 from aiohttp import web
 
 from .flavour import Flavour, Rejection, ResponseContext
-from .script import Directives, count_prompt_tokens, last_user_text, make_plan, parse_directives
+from .script import Directives, last_user_text, make_plan, parse_directives, prompt_token_ids
 from .state import StubState
 from .timeline import Abort, Event, Fail, Limits, Step, parse_stop, timeline
 
@@ -46,11 +46,12 @@ class Generation:
     ctx: ResponseContext
     delay_ms: int
     directives: Directives
+    prefill_ms: float = 0.0  # modelled prefill of the uncached prompt tokens
     sent_tokens: int = 0
     ended: bool = False
 
 
-async def _sleep_ms(ms: int) -> None:
+async def _sleep_ms(ms: float) -> None:
     if ms > 0:
         await asyncio.sleep(ms / 1000)
 
@@ -135,7 +136,8 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
     if refusal is not None:
         return refusal
     directives = parse_directives(last_user_text(messages))
-    prompt_tokens = count_prompt_tokens(messages)
+    prompt_ids = prompt_token_ids(messages)
+    prompt_tokens = len(prompt_ids)
     max_tokens = flavour.max_tokens(body)
     refusal = flavour.check_context(prompt_tokens, max_tokens, config.max_model_len)
     if refusal is not None:
@@ -163,6 +165,11 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         separate_finish=flavour.separate_finish,
         merge=directives.split,
     )
+    cached = state.cache.lookup(prompt_ids) if state.cache is not None else None
+    state.stats.prompt_tokens += prompt_tokens
+    state.stats.cached_tokens += cached or 0
+    if state.requests:
+        state.requests[-1]["cached_tokens"] = cached  # this request's record (no await since)
     options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
     include_usage = options.get("include_usage") is True
     ctx = ResponseContext(
@@ -174,6 +181,7 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         continuous_usage=flavour.vllm_extras and include_usage and options.get("continuous_usage_stats") is True,
         reasoning_fields=config.reasoning_fields,
         include_reasoning=body.get("include_reasoning") is not False,
+        cached_tokens=cached,
     )
     return Generation(
         id=ctx.id,
@@ -183,6 +191,7 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         ctx=ctx,
         delay_ms=directives.delay_ms if directives.delay_ms is not None else config.token_delay_ms,
         directives=directives,
+        prefill_ms=(prompt_tokens - (cached or 0)) * config.prefill_us_per_token / 1000,
     )
 
 
@@ -202,7 +211,7 @@ async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen:
     resp = web.StreamResponse(status=200, headers={"Content-Type": flavour.stream_content_type})
     await resp.prepare(request)
     for i, event in enumerate(gen.events):
-        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms if i == 0 else 0))
+        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms + gen.prefill_ms if i == 0 else 0))
         if isinstance(event, Abort):
             _abort(request, state, gen)
             return resp
@@ -231,7 +240,7 @@ async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen:
 
 async def _respond(request: web.Request, flavour: Flavour, state: StubState, gen: Generation) -> web.StreamResponse:
     for i, event in enumerate(gen.events):
-        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms if i == 0 else 0))
+        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms + gen.prefill_ms if i == 0 else 0))
         if isinstance(event, Abort):
             _abort(request, state, gen)
             return web.Response(status=499)

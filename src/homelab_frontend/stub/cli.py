@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", metavar="FILE", help="event log, truncated at start, one line per event")
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     parser.add_argument("--agent", action="store_true", help="scripted agent: call a tool, then report its result")
+    parser.add_argument("--prefix-cache-tokens", type=int, default=0, metavar="N",
+                        help="model a prefix (KV) cache holding N prompt tokens (0: none); vLLM flavour "
+                             "reports usage.prompt_tokens_details.cached_tokens")
+    parser.add_argument("--prefix-block", type=int, default=16, metavar="N", help="cache block size in tokens")
+    parser.add_argument("--prefill-us-per-token", type=int, default=0, metavar="US",
+                        help="time to first token grows by US microseconds per uncached prompt token")
 
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
@@ -55,6 +61,9 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         log=args.log,
         api_key=args.api_key,
         agent=args.agent,
+        prefix_cache_tokens=args.prefix_cache_tokens,
+        prefix_block=args.prefix_block,
+        prefill_us_per_token=args.prefill_us_per_token,
     )
 
 

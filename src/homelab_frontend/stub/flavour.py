@@ -28,6 +28,8 @@ class ResponseContext:
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     include_reasoning: bool = True
     tool_ids: dict[int, str] = field(default_factory=dict)
+    # Prompt tokens the prefix cache held; None: the stub models no cache.
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from aiohttp import web
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
 from .flavour import Flavour, Rejection, embedding_vector
 from .ollama import Ollama
+from .prefix_cache import PrefixCache
 from .script import count_text_tokens, prompt_token_ids, text_token_ids
 from .state import EventLog, StubConfig, StubState
 from .vllm import Vllm
@@ -130,6 +131,8 @@ def build_app(config: StubConfig) -> web.Application:
     if not config.models:
         config = replace(config, models=(flavour.default_model,))
     state = StubState(config=config, log=EventLog(config.log))
+    if config.prefix_cache_tokens > 0:
+        state.cache = PrefixCache(config.prefix_cache_tokens, config.prefix_block)
     app = web.Application(middlewares=[_auth], client_max_size=64 * 1024 * 1024)
     app[STATE] = state
     app[FLAVOUR] = flavour

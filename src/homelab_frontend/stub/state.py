@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .prefix_cache import PrefixCache
 RECENT_REQUESTS = 100
 
 
@@ -27,6 +28,11 @@ class StubConfig:
     log: str | None = None
     api_key: str | None = None
     agent: bool = False
+    # Prefix-cache model (prefix_cache.py): tokens the "GPU" keeps (0: no cache), its block size,
+    # and the prefill cost of each uncached prompt token, added to the time to first token.
+    prefix_cache_tokens: int = 0
+    prefix_block: int = 16
+    prefill_us_per_token: int = 0
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:
@@ -43,6 +49,8 @@ class Stats:
     cancelled: int = 0
     completed: int = 0
     failed: int = 0
+    prompt_tokens: int = 0  # summed over accepted requests
+    cached_tokens: int = 0  # of those, served from the prefix cache
 
     def begin(self) -> None:
         self.in_flight += 1
@@ -55,6 +63,7 @@ class Stats:
         # in_flight is a fact about the present, not history: it survives a reset.
         self.max_in_flight = self.in_flight
         self.total = self.cancelled = self.completed = self.failed = 0
+        self.prompt_tokens = self.cached_tokens = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -64,6 +73,8 @@ class Stats:
             "cancelled": self.cancelled,
             "completed": self.completed,
             "failed": self.failed,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 
@@ -89,6 +100,7 @@ class StubState:
     stats: Stats = field(default_factory=Stats)
     requests: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     sequence: int = 0
+    cache: PrefixCache | None = None  # set by build_app when the config asks for one
 
     def record(self, body: Any, headers: Any) -> int:
         self.sequence += 1
@@ -103,3 +115,5 @@ class StubState:
     def reset(self) -> None:
         self.stats.reset()
         self.requests.clear()
+        if self.cache is not None:
+            self.cache.clear()  # a reset starts cold: benches compare runs from the same state

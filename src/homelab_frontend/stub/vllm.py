@@ -195,7 +195,7 @@ class Vllm(Flavour):
             "created": ctx.created,
             "model": ctx.model,
             "choices": [],
-            "usage": _usage(ctx.prompt_tokens, completion_tokens),
+            "usage": _usage(ctx.prompt_tokens, completion_tokens, ctx.cached_tokens),
         }
 
     def stream_error(self, ctx: ResponseContext) -> dict:
@@ -218,8 +218,8 @@ class Vllm(Flavour):
             message["tool_calls"] = [{"id": tool_id, "type": "function", "function": function}]
         for name in ctx.reasoning_fields:
             message[name] = agg.reasoning if agg.saw_reasoning and ctx.include_reasoning else None
-        usage = _usage(ctx.prompt_tokens, agg.tokens)
-        usage["prompt_tokens_details"] = None
+        usage = _usage(ctx.prompt_tokens, agg.tokens, ctx.cached_tokens)
+        usage.setdefault("prompt_tokens_details", None)
         return {
             "id": ctx.id,
             "object": "chat.completion",
@@ -244,9 +244,14 @@ class Vllm(Flavour):
         }
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    # As vLLM with --enable-prompt-tokens-details: the final usage (not the continuous per-chunk
+    # stats) gets the cached count, and only when it is not 0 (`if ... and num_cached_tokens`).
+    if cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage

@@ -17,6 +17,7 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
+from ..affinity import session_key
 from ..chat import open_chat
 from ..errors import GatewayError, clean_message
 from ..exchange import Exchange, client_gone
@@ -38,9 +39,19 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+    @property
+    def cached(self) -> int | None:
+        d = self.prompt_tokens_details
+        return d.cached_tokens if d is not None else None
 
 
 class _ChunkInfo(msgspec.Struct):
@@ -78,7 +89,8 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
     t.model, t.stream = req.model, req.stream
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "openai")
-    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+    session = session_key(request.headers, req) if route.wants_session else None
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
         upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=usage_opts.continuous_usage_stats)
@@ -90,6 +102,7 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
                 info = _completion_info.decode(raw)
                 if info.usage:
                     t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
+                    t.tokens_cached = info.usage.cached
             except msgspec.DecodeError:
                 raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
             if info.error is not None:  # an error in a 200 body: not relayed as it is
@@ -127,6 +140,8 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                     break
                 if info.usage is not None:
                     t.tokens_in = info.usage.prompt_tokens
+                    if info.usage.cached is not None:
+                        t.tokens_cached = info.usage.cached
                     if info.usage.completion_tokens is not None:
                         t.tokens_out = info.usage.completion_tokens
                     if not info.choices and not client_wants_usage:

@@ -188,5 +188,6 @@ def parse_request(body: bytes) -> tuple[c.Request, StreamOptions]:
         user=w.user,
         reasoning_effort=w.reasoning_effort,
         extra=extra,
+        cache_key=raw["prompt_cache_key"] if isinstance(raw.get("prompt_cache_key"), str) else None,
     )
     return req, w.stream_options or StreamOptions()

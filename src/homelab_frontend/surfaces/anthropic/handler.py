@@ -17,6 +17,7 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
+from ...affinity import session_key
 from ...chat import open_chat
 from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
@@ -52,7 +53,8 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     route = gw.router.resolve(req.model)
     principal = gw.auth.admit(request, route, "anthropic")
     message_id = new_message_id()
-    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+    session = session_key(request.headers, req) if route.wants_session else None
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         gateway_stops = _gateway_stops(req, ex)
         matcher = StopMatcher(req.stop) if gateway_stops else None
@@ -96,6 +98,8 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                         t.tokens_in = ev.input_tokens
                     if ev.output_tokens is not None:
                         t.tokens_out = ev.output_tokens
+                    if ev.cached_input_tokens is not None:
+                        t.tokens_cached = ev.cached_input_tokens
                 elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
                     t.tokens_out += 1
                 frames.append(enc.feed(ev))
@@ -148,7 +152,10 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
             raise GatewayError("upstream_error", str(err)) from None
     result = asm.result()
     usage = result.get("usage") or {}
+    t.tokens_cached = usage.get("cache_read_input_tokens")
     t.tokens_in = usage.get("input_tokens")
+    if t.tokens_in is not None and t.tokens_cached is not None:
+        t.tokens_in += t.tokens_cached  # the log and metrics count the whole prompt, as upstream
     t.tokens_out = usage.get("output_tokens") or 0
     return result
 

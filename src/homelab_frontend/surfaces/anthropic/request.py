@@ -24,7 +24,12 @@ System text
     A string, or text blocks joined with "\\n\\n". A text block starting with
     `x-anthropic-billing-header` is dropped: Claude Code puts a per-request attribution hash there,
     which means nothing to a local model and would defeat the upstream's prefix cache (vLLM drops
-    it too). An empty system prompt produces no system message.
+    it too). So is Claude Code's token counter, `<total_tokens>N tokens left</total_tokens>`
+    (CLAUDE_CODE_TOTAL_TOKENS_REMINDER; at the end of its system prompt and as a `role: system`
+    entry after each tool result): it counts the context of Claude's model, not ours, and in its
+    `countdown` mode it changes every turn, so in the system prompt it would rewrite the start of
+    every prompt (bench.prefix measures it). An empty system prompt produces no system message,
+    and a system entry holding only a counter none.
 Content blocks
     text -> TextPart. image (base64 -> `data:` URL, url -> URL; `file` sources -> 400: no Files
     API here). document with a plain-text source -> TextPart (other sources -> 400 naming the
@@ -296,6 +301,14 @@ def _from_validation_error(exc: msgspec.ValidationError) -> GatewayError:
 # ---------------------------------------------------------------------------------------------
 
 _BILLING_HEADER = "x-anthropic-billing-header"
+# Claude Code's token counter (see the module docstring), with the whitespace around it
+_TOKEN_COUNTER = re.compile(r"\s*<total_tokens>[^<>]{0,64}</total_tokens>\s*")
+
+
+def _without_counters(text: str) -> str:
+    if "<total_tokens>" not in text:  # the common case: untouched, not even stripped
+        return text
+    return "\n\n".join(part for part in _TOKEN_COUNTER.split(text) if part)
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high", "xhigh": "high"}
 _TOOL_ERROR_PREFIX = "[tool error] "
 # What the model reads for a tool_reference: the tool's definition itself is in `tools` from now on.
@@ -394,17 +407,19 @@ class _Translator:
         if system is None:
             return ""
         if isinstance(system, str):
-            return system
+            return _without_counters(system)
         texts = []
         for block in system:
             if not block.text or block.text.startswith(_BILLING_HEADER):
                 continue
-            texts.append(block.text)
+            text = _without_counters(block.text)
+            if text:
+                texts.append(text)
         return "\n\n".join(texts)
 
     def _inline_system_text(self, content: Any, path: str) -> str:
         if isinstance(content, str):
-            return content
+            return _without_counters(content)
         texts = []
         for j, block in enumerate(content):
             if not isinstance(block, _WText):
@@ -413,7 +428,9 @@ class _Translator:
                     f"a system message may only hold text blocks, got {_type_of(block)!r}",
                 )
             if block.text and not block.text.startswith(_BILLING_HEADER):
-                texts.append(block.text)
+                text = _without_counters(block.text)
+                if text:
+                    texts.append(text)
         return "\n\n".join(texts)
 
     # -- messages ------------------------------------------------------------------------------

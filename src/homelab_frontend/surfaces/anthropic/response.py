@@ -47,10 +47,14 @@ stop_reason
     stop string fired. No Finish event at all: tool_use if there are tool calls, else end_turn
     (Anthropic documents stop_reason as never null in a non-streaming body).
 usage
-    Exactly `input_tokens` and `output_tokens`, the last values the upstream reported (prompt_tokens
+    `input_tokens` and `output_tokens`, the last values the upstream reported (prompt_tokens
     and completion_tokens). A count the upstream never reported is `null`, not 0: a 0 would be an
     invented value (and a wrong one that breaks client context meters); a JS client doing
-    arithmetic on null still gets a number. No cache fields are added.
+    arithmetic on null still gets a number. When the upstream reported cached prompt tokens
+    (`prompt_tokens_details.cached_tokens`: vLLM with --enable-prompt-tokens-details, llama.cpp),
+    they are `cache_read_input_tokens` and `input_tokens` excludes them, as Anthropic defines it
+    (total prompt = input + cache_read + cache_creation); otherwise no cache field at all, and
+    `cache_creation_input_tokens` never (no upstream reports it: it would be invented).
 Errors
     An `UpstreamError` event makes `result()` raise `GatewayError`: `timeout_error` -> kind
     `timeout` (504), `overloaded_error` -> `upstream_error` with status 503 (rendered as
@@ -127,6 +131,7 @@ class MessageAssembler:
         self._orphan_args: dict[int, list[str]] = {}
         self._input_tokens: int | None = None
         self._output_tokens: int | None = None
+        self._cached_tokens: int | None = None
         self._finish: c.Finish | None = None
         self._error: c.UpstreamError | None = None
 
@@ -150,6 +155,8 @@ class MessageAssembler:
                 self._input_tokens = event.input_tokens
             if event.output_tokens is not None:
                 self._output_tokens = event.output_tokens
+            if event.cached_input_tokens is not None:
+                self._cached_tokens = event.cached_input_tokens
         elif isinstance(event, c.Finish):
             self._finish = event
         elif isinstance(event, c.UpstreamError):
@@ -202,8 +209,15 @@ class MessageAssembler:
             "model": self._model,
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
-            "usage": {"input_tokens": self._input_tokens, "output_tokens": self._output_tokens},
+            "usage": self._usage(),
         }
+
+    def _usage(self) -> dict[str, Any]:
+        prompt, cached = self._input_tokens, self._cached_tokens
+        if cached is None or prompt is None or cached > prompt:
+            return {"input_tokens": prompt, "output_tokens": self._output_tokens}
+        return {"input_tokens": prompt - cached, "output_tokens": self._output_tokens,
+                "cache_read_input_tokens": cached}
 
     def _content(self) -> list[dict[str, Any]]:
         # 1. Join fragments; 2. drop blank blocks if anything else exists; 3. merge neighbours of
