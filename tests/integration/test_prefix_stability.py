@@ -63,9 +63,6 @@ def test_claude_codes_token_counter_does_not_rewrite_the_prompt(results):
     assert s["pairs"] >= 4 and s["pairs_history_stable"] == s["pairs"], s
 
 
-@pytest.mark.xfail(strict=True, reason="mid-conversation system turns reach the upstream in place: "
-                   "R1-distill keeps only the last system message (and puts it first), Gemma 3 and "
-                   "Mistral refuse them; issue 17 merges them into the neighbouring user turn")
 def test_every_template_that_can_render_the_conversation_is_append_only(results):
     for name, res in results.items():
         for template, s in res["templates"].items():
