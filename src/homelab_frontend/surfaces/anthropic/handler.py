@@ -23,8 +23,8 @@ from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
 from ...stopmatch import StopMatcher
 from ...tracker import GENERATING, Tracked
-from ...upstream import sse_payloads
-from ...upstream_decode import ChunkDecoder, decode_completion
+from ...upstream_decode import ChunkDecoder, Malformed, decode_completion
+from ...upstream_read import UpstreamTooLarge
 from ...upstream_request import build_body
 from ..body import decode_object
 from .request import parse_request
@@ -38,6 +38,10 @@ _CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
 class _Midstream(Exception):
     """The upstream failed after the answer started."""
 
+    def __init__(self, message: str, outcome: str = "error_upstream_midstream") -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
 
 async def _stream_events(
     upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None,
@@ -50,7 +54,7 @@ async def _stream_events(
     decoder = ChunkDecoder()
     first = True
     try:
-        async for batch in sse_payloads(upstream.content):
+        async for batch in ex.client.sse(upstream):
             ex.progress += 1
             events: list[c.Event] = []
             for payload in batch:
@@ -71,6 +75,8 @@ async def _stream_events(
             if decoder.done:
                 ex.complete = True
                 return
+    except UpstreamTooLarge as err:
+        raise _Midstream(err.message, "error_upstream_too_large") from None
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         raise _Midstream("the backend closed the connection mid-stream") from None
     raise _Midstream("the backend ended the stream without finishing it")
@@ -147,7 +153,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 return
         await out.write(enc.finish())
     except _Midstream as err:
-        t.outcome = "error_upstream_midstream"
+        t.outcome = err.outcome
         await out.write(enc.fail("api_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
@@ -164,8 +170,9 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
         ex.complete = True
         try:
             events = decode_completion(raw)
-        except ValueError as err:
-            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        except ValueError as err:  # Malformed, or an error body sent with 200
+            kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+            raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         for ev in events:
             asm.feed(ev)
     else:
@@ -176,7 +183,8 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
                 for ev in events:
                     asm.feed(ev)
         except _Midstream as err:
-            raise GatewayError("upstream_error", str(err)) from None
+            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            raise GatewayError(kind, str(err)) from None
     result = asm.result()
     usage = result.get("usage") or {}
     t.tokens_in = usage.get("input_tokens")
@@ -212,7 +220,7 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
         try:
             resp = await client.post("/tokenize", root=True, body=msgspec.json.encode(tok_body))
             try:
-                doc = msgspec.json.decode(await resp.read())
+                doc = msgspec.json.decode(await client.read_all(resp))
             finally:
                 resp.release()
             if isinstance(doc, dict) and isinstance(doc.get("count"), int):
