@@ -65,7 +65,8 @@ class UpstreamClient:
                 ),
                 headers=headers,
                 auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
+                # auto_decompress is off: asking for gzip would get bodies we cannot read
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
         return self._session
 
@@ -82,7 +83,9 @@ class UpstreamClient:
         return sse_payloads(resp.content, self.name, self.cfg.limits.max_line_bytes)
 
     def _unreachable(self, err: BaseException) -> GatewayError:
-        if isinstance(err, aiohttp.ServerDisconnectedError):
+        if isinstance(err, aiohttp.ServerDisconnectedError) or (
+            isinstance(err, aiohttp.ClientOSError) and not isinstance(err, aiohttp.ClientConnectorError)
+        ):  # (a ClientOSError after connecting: it reset the connection instead of answering)
             # it accepted the connection: reachable, but it hung up before answering
             return GatewayError("upstream_error", f"backend {self.name!r} closed the connection before answering")
         reason = "connection refused"

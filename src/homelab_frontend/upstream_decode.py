@@ -139,7 +139,9 @@ class _ErrorInfo(msgspec.Struct):
 class _Chunk(msgspec.Struct):
     # A Literal: an odd `object` fails inside the one decode (and costs no string per chunk)
     object: Union[Literal["chat.completion.chunk", "chat.completion", "error"], None] = None
-    choices: Union[list[_Choice], None] = None
+    # UNSET, not None: an absent `choices` is a chunk that carries nothing, `"choices": null` is
+    # malformed (the OpenAI SDK iterates it and crashes)
+    choices: Union[list[_Choice], msgspec.UnsetType] = msgspec.UNSET
     usage: Union[_Usage, None] = None
     error: Union[_ErrorInfo, str, None] = None
     # vLLM's older top-level error shape: {"object": "error", "message", "type", "code"}

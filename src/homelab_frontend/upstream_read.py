@@ -6,7 +6,8 @@ until the process is gone, and every other client's stream with it. So both read
 backend's `limits` (`max_line_bytes`, `max_body_bytes`) with `UpstreamTooLarge`, a GatewayError
 of its own kind (502, counted as `too_large` in hlf_upstream_errors_total). The caller's Exchange
 then closes the connection (nothing of it goes back to the pool) and drops what was read, so
-memory comes back: at most about one limit (plus one socket read) is ever held per request.
+memory comes back: at most about one limit, plus the HTTP client's read buffers (well under
+1 MiB), is ever held per request (tests/integration/test_hostile_upstream.py measures it).
 """
 
 from __future__ import annotations
@@ -53,26 +54,36 @@ async def sse_payloads(content: aiohttp.StreamReader, backend: str = "?",
                        max_line: int = 1 << 20) -> AsyncIterator[list[bytes]]:
     """The `data:` payloads of an SSE body, in batches of whatever has already arrived: a batch
     is never held back to wait for more, so relaying a batch as one write adds no latency.
-    A line (complete or still open) longer than `max_line` raises UpstreamTooLarge."""
-    buf = b""
+    A line (complete or still open) longer than `max_line` raises UpstreamTooLarge.
+
+    An open line is kept as a list of the reads that make it up and joined only once its
+    newline arrives: growing one bytes object would hold two copies of it at every step."""
+    parts: list[bytes] = []  # the line still open, read by read
+    held = 0
     while True:
         data = await content.readany()
         if not data:
-            tail = buf.strip()
+            tail = b"".join(parts).strip()
             if tail.startswith(b"data:"):
                 yield [tail[5:].lstrip()]
             return
         if b"\n" not in data:
-            buf += data
-            if len(buf) > max_line:
+            held += len(data)
+            if held > max_line:
                 raise UpstreamTooLarge(backend, "an SSE line", max_line, "max_line_bytes")
+            parts.append(data)
             continue
-        lines = (buf + data).split(b"\n")
-        buf = lines.pop()
-        # Only the first line (it holds the old buffer) and the open tail can be long: every
+        if parts:
+            parts.append(data)
+            data = b"".join(parts)
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        # Only the first line (it holds the open one) and the open tail can be long: every
         # other line is a part of one socket read, which the HTTP client's buffer bounds.
-        if len(buf) > max_line or len(lines[0]) > max_line:
+        if len(rest) > max_line or (parts and len(lines[0]) > max_line):
             raise UpstreamTooLarge(backend, "an SSE line", max_line, "max_line_bytes")
+        parts = [rest] if rest else []
+        held = len(rest)
         batch = []
         for line in lines:
             if line.startswith(b"data:"):
