@@ -7,7 +7,8 @@ answer, write 100 MiB without a newline, send a body that never ends, lie about 
 the connection. `GET /v1/models` answers normally (so the gateway's probe keeps it up); a chat
 completion's behaviour is chosen by the `model` in the request body (the gateway's
 `upstream_model`), for streaming and non-streaming requests alike. `GET /stats` reports the
-connections it holds open right now (`open`), so a test can see the gateway let go of them.
+connections it holds open right now (`open`), so a test can see the gateway let go of them;
+`GET /events` when each chat request arrived and when a held connection was closed by the gateway.
 
 Faults (model name -> what happens):
     hang-headers   reads the request, never answers
@@ -100,16 +101,19 @@ def _reset(w: asyncio.StreamWriter) -> None:
     w.transport.abort()
 
 
-async def _until_closed(r: asyncio.StreamReader) -> None:
+async def _until_closed(r: asyncio.StreamReader, model: str = "") -> None:
     """Hang: hold the connection until the gateway closes it (so `open` counts only what it holds)."""
-    while await r.read(65536):
-        pass
+    try:
+        while await r.read(65536):
+            pass
+    finally:
+        EVENTS.append((time.monotonic(), "closed", model))
 
 
 async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, stream: bool) -> None:
     sse = "text/event-stream"
     if model == "hang-headers":
-        await _until_closed(r)
+        await _until_closed(r, model)
     elif model == "hang-body":
         if stream:
             w.write(_head(200, sse) + _chunked(_chunk(model, {"content": "a"})))
@@ -117,7 +121,7 @@ async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, st
             body = _completion(model)
             w.write(_head(200, length=len(body)) + body[: len(body) // 2])
         await w.drain()
-        await _until_closed(r)
+        await _until_closed(r, model)
     elif model == "huge-line":
         w.write(_head(200, sse if stream else "application/json"))
         await _pour(w, b"data: " if stream else b'{"choices":[{"message":{"content":"', HUGE, chunked=True)
@@ -206,6 +210,10 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             if method == "GET" and path == "/stats":
                 await _whole(w, 200, json.dumps({"open": OPEN - 1}).encode())
                 continue
+            if method == "GET" and path == "/events":
+                await _whole(w, 200, json.dumps(EVENTS).encode())
+                EVENTS.clear()
+                continue
             if method == "GET" and path == "/last-headers":
                 await _whole(w, 200, json.dumps(LAST_HEADERS).encode())
                 continue
@@ -213,6 +221,7 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
                 LAST_HEADERS.clear()
                 LAST_HEADERS.update(headers)
                 req = json.loads(body or b"{}")
+                EVENTS.append((time.monotonic(), "request", str(req.get("model"))))
                 await _chat(r, w, str(req.get("model")), bool(req.get("stream")))
                 if w.transport.is_closing():
                     return
@@ -226,6 +235,7 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
 
 
 LAST_HEADERS: dict[str, str] = {}
+EVENTS: list[tuple[float, str, str]] = []  # (monotonic time, "request" | "closed", model), for /events
 
 
 async def main(port: int) -> None:

@@ -260,3 +260,34 @@ def test_a_stopped_upstream_times_out_and_frees_everything():
             assert _ask(gw, "openai", "good", True)[0] == 200
     finally:
         h.stop()
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+def test_a_vanished_clients_slot_goes_on_only_after_the_upstream_can_have_seen_the_close(hostile, dialect):
+    """Item 8 of issue 14: a freed slot handed on before the upstream noticed the close let the
+    upstream run slots + 1 requests for a moment. With one slot, the next request may reach the
+    upstream only after the vanished one's connection closed there, plus the release grace."""
+    from homelab_frontend.exchange import RELEASE_GRACE_S
+    from rawhttp import post_and_vanish
+
+    with Gateway(_config(hostile.base, slots=1)) as gw:
+        hostile.get("/events")
+        path = "/llm/v1/chat/completions" if dialect == "openai" else "/llm/v1/messages"
+        gaps = []
+        for _ in range(5):
+            waiter = threading.Thread(target=_ask, args=(gw, dialect, "good", True))
+            body = {"model": "c-hang-body", "stream": True, "max_tokens": 16,
+                    "messages": [{"role": "user", "content": "hi"}]}
+            vanisher = threading.Thread(target=post_and_vanish, args=(gw.url + path, body),
+                                        kwargs={"after_bytes": 1, "after_s": 0.3})
+            vanisher.start()
+            wait_for(lambda: gw.admin()["backends"]["h"]["in_use"] == 1, timeout=5)
+            waiter.start()  # queued behind the held slot
+            vanisher.join()
+            waiter.join()
+            events = hostile.get("/events")
+            closed = next(t for t, kind, model in events if kind == "closed" and model == "hang-body")
+            nxt = next(t for t, kind, model in events if kind == "request" and model == "good")
+            gaps.append(nxt - closed)
+        assert min(gaps) >= RELEASE_GRACE_S * 0.75, gaps
+
