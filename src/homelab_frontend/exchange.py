@@ -84,7 +84,12 @@ class Exchange:
 
     async def admit(self) -> BackendState:
         self.t.phase = QUEUED
-        backend = self.backend = self.route.choose()
+        try:
+            backend = self.backend = self.route.choose()
+        except GatewayError:
+            # every backend is down: the refusal is counted against the (first) one it would use
+            self.t.backend = self.route.backends[0].name if self.route.backends else None
+            raise
         self.t.backend = backend.name
         t0 = time.monotonic()
         try:
