@@ -61,7 +61,7 @@ class ConnectionGuard:
 
     def admit(self, g: "_Guarded") -> bool:
         if len(self.open) >= self.max_connections:
-            victim = next((c for c in self.open if not c.busy), None)
+            victim = next((c for c in self.open if not c.busy and not c.closing), None)
             if victim is None:
                 self._refused += 1
                 self._report("every one is inside a request: refusing new connections")
@@ -154,8 +154,12 @@ class _Guarded(asyncio.Protocol):
         self.busy = True
         self._disarm()
 
+    @property
+    def closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
     def close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if not self.closing:
             self.transport.close()
 
     def _arm(self) -> None:
