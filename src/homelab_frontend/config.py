@@ -35,6 +35,13 @@ class Timeouts(msgspec.Struct, forbid_unknown_fields=True):
     nonstream_s: float = 600.0
 
 
+class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
+    """What the gateway reads from a backend at most: an upstream is untrusted input too."""
+
+    max_line_bytes: int = 1024 * 1024  # one SSE line of a stream
+    max_body_bytes: int = 16 * 1024 * 1024  # a whole non-streaming answer (or error, probe) body
+
+
 BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
 
 
@@ -48,6 +55,7 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     max_model_len: int | None = None  # default: read from the backend's /v1/models
     queue: Queue = msgspec.field(default_factory=Queue)
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     health_interval_s: float = 10.0
 
     @property
@@ -97,6 +105,15 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True):
     max_header_bytes: int = 16 * 1024
 
 
+class Connections(msgspec.Struct, forbid_unknown_fields=True):
+    """Client connection hygiene: a connection that never finishes its request, or sits idle,
+    must not hold a file descriptor (and a place under the cap) for an hour."""
+
+    head_timeout_s: float = 15.0  # from a connection's (or an idle one's next) first byte to a whole request head
+    keepalive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
+    max_connections: int = 1000  # open client connections; past it the oldest idle one is closed
+
+
 class Anthropic(msgspec.Struct, forbid_unknown_fields=True):
     ping_interval_s: float = 10.0  # keep-alive frames while the upstream is silent
     # Secret for thinking-block signatures; unset: a random one per process (signatures from
@@ -129,6 +146,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     aliases: dict[str, str] = msgspec.field(default_factory=dict)  # name or glob -> model
     auth: Auth = msgspec.field(default_factory=Auth)
     limits: Limits = msgspec.field(default_factory=Limits)
+    connections: Connections = msgspec.field(default_factory=Connections)
     anthropic: Anthropic = msgspec.field(default_factory=Anthropic)
     responses: Responses = msgspec.field(default_factory=Responses)
     cluster: Cluster | None = None
@@ -232,6 +250,9 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
                 problems.append(f"{p}.timeouts.{field}: must be more than 0")
         if b.timeouts.total_s is not None and b.timeouts.total_s <= 0:
             problems.append(f"{p}.timeouts.total_s: must be more than 0 (or left out)")
+        for field in ("max_line_bytes", "max_body_bytes"):
+            if getattr(b.limits, field) < 1024:
+                problems.append(f"{p}.limits.{field}: must be at least 1024, got {getattr(b.limits, field)}")
     for name, m in cfg.models.items():
         p = f"models.{name}"
         if m.backend and m.backends:
@@ -268,6 +289,11 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         problems.append("responses.store.ttl_s: must be more than 0")
     if cfg.responses.store.max_bytes < 1:
         problems.append("responses.store.max_bytes: must be at least 1")
+    for field in ("head_timeout_s", "keepalive_timeout_s"):
+        if getattr(cfg.connections, field) <= 0:
+            problems.append(f"connections.{field}: must be more than 0")
+    if cfg.connections.max_connections < 1:
+        problems.append(f"connections.max_connections: must be at least 1, got {cfg.connections.max_connections}")
     if cfg.shutdown_grace_s < 0:
         problems.append("shutdown_grace_s: must be 0 or more")
     return problems

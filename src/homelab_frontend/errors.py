@@ -15,6 +15,9 @@ ErrorKind = Literal[
     "overloaded",  # no slot and no room (or time) to wait: Anthropic 529, OpenAI 429
     "upstream_unreachable",  # 502: could not reach the backend
     "upstream_error",  # the backend answered with an error status (passed on)
+    "upstream_too_large",  # 502: the backend sent more than its read limits allow
+    "upstream_malformed",  # 502: the backend's answer is not a chat completion (or chunk)
+    "backend_down",  # 503: its health probe marked the backend down
     "timeout",  # 504: the backend took too long (connect, first token, idle, total)
     "api_error",  # 500: our own fault; never with a stack trace
 ]
@@ -29,6 +32,9 @@ DEFAULT_STATUS: dict[str, int] = {
     "overloaded": 529,
     "upstream_unreachable": 502,
     "upstream_error": 502,
+    "upstream_too_large": 502,
+    "upstream_malformed": 502,
+    "backend_down": 503,
     "timeout": 504,
     "api_error": 500,
 }

@@ -11,6 +11,16 @@ passes it cancels the handler task with a reason; the surface turns that reason 
 its dialect (`own_cancel`), while a cancellation with no reason is the client leaving. The timer is
 a plain `call_later` handle, not a task: a task per request (created, woken, cancelled) cost more
 than everything else the exchange does, and a task is started only to write a ping.
+
+When a slot counts as released (bench/storm.py measures it): a slot stands for a sequence the
+upstream runs, so an aborted exchange gives its slot back only once the upstream can have seen
+the abort: when our side of the old connection is really closed (with uvloop the socket is
+closed in a later loop phase than `close()` is called; a request granted the slot meanwhile went
+out on a pooled connection *before* the old one's FIN) and `RELEASE_GRACE_S` after that, the time
+for the upstream to process its end. Capped by `SETTLE_MAX_S`. An exchange read to its end gives
+its slot back at once: the upstream finished that sequence before it sent the last byte. The
+gateway's own cancels (`own_cancel`: a timeout, the admin API) free the slot at once as before,
+since their error is still to be written to a client that may not read it.
 """
 
 from __future__ import annotations
@@ -26,6 +36,9 @@ from .errors import GatewayError
 from .routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from .upstream import UpstreamClient
+
+RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
+SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
 
 
 class Principal:
@@ -65,6 +78,7 @@ class Exchange:
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
+        self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
         self._loop = asyncio.get_running_loop()
 
@@ -72,7 +86,12 @@ class Exchange:
 
     async def admit(self) -> BackendState:
         self.t.phase = QUEUED
-        backend, self.t.affinity = self.route.place(self.session)
+        try:
+            backend, self.t.affinity = self.route.place(self.session)
+        except GatewayError:
+            # every backend is down: the refusal is counted against the (first) one it would use
+            self.t.backend = self.route.backends[0].name if self.route.backends else None
+            raise
         self.backend = backend
         self.t.backend = backend.name
         t0 = time.monotonic()
@@ -93,8 +112,13 @@ class Exchange:
         if self._watch is None:
             self._watch = _Watchdog(self, stream)
         client = self.client = self.clients[self.backend.name]
+        self._opened = True
         t0 = time.monotonic()
-        self.resp = await client.post(path, body)
+        try:
+            self.resp = await client.post(path, body)
+        except GatewayError:
+            self._opened = False  # it answered (an error) or never connected: nothing runs there
+            raise
         self.t.upstream_headers = time.monotonic() - t0
         self.t.phase = FIRST_TOKEN if stream else GENERATING
         return self.resp
@@ -116,19 +140,44 @@ class Exchange:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        closed = self._let_go_upstream()
+        if self._held_since is None or not (self._opened and not self.complete):
+            self._release_slot()
+            return
+        try:  # an aborted exchange: its slot waits until the upstream can have seen the abort
+            if closed is not None and not closed.done():
+                await asyncio.wait((closed,), timeout=SETTLE_MAX_S)
+            await asyncio.sleep(RELEASE_GRACE_S)
+        finally:
+            self._release_slot()
 
     def close(self) -> None:
         """Idempotent and synchronous: it must run to the end even inside a cancellation."""
+        self._let_go_upstream()
+        self._release_slot()
+
+    def _let_go_upstream(self) -> asyncio.Future | None:
+        """Stop the watchdog, close (or pool) the upstream connection. -> a future set once our
+        side of an aborted connection is really closed (None: nothing to wait for)."""
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        closed = None
         if self.resp is not None:
             if self.complete:
                 self.resp.release()  # read to the end: the connection goes back to the pool
             else:
+                conn = self.resp.connection
+                proto = conn.protocol if conn is not None else None
+                fut = getattr(proto, "closed", None)  # aiohttp >= 3.10: set by connection_lost
+                if isinstance(fut, asyncio.Future):
+                    closed = fut
+                    fut.add_done_callback(_retrieve)
                 self.resp.close()  # abort: the upstream sees its socket close and stops
             self.resp = None
+        return closed
+
+    def _release_slot(self) -> None:
         if self._held_since is not None and self.backend is not None:
             held = time.monotonic() - self._held_since
             self._held_since = None
@@ -218,6 +267,11 @@ class _Watchdog:
             await on_idle()
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             pass  # the client is gone; the handler's own cancellation handles that
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a reset while closing is expected: not "never retrieved"
 
 
 def client_gone(request: web.Request) -> bool:

@@ -128,7 +128,9 @@ def _dotted(path: tuple) -> str:
 
 class _QuietParserErrors(logging.Filter):
     """aiohttp logs a request it could not parse (a header over its cap, a broken request line)
-    with a traceback that quotes the offending bytes, which may be a key. Keep one plain line."""
+    with a traceback that quotes the offending bytes, which may be a key. Keep one plain line,
+    at INFO: a 400 is the client's fault, and anyone who can reach the port could otherwise
+    fill the operator's error log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
@@ -141,6 +143,7 @@ class _QuietParserErrors(logging.Filter):
             record.args = (what, type(exc).__name__)
             record.exc_info = None
             record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
 

@@ -17,6 +17,7 @@ from aiohttp import web
 from . import config as cfgmod
 from . import limits
 from .auth import Auth
+from .connguard import ConnectionGuard, GuardedServer
 from .errors import GatewayError
 from .exchange import Principal, client_gone
 from .ops import health
@@ -60,6 +61,7 @@ class Gateway:
         secret = os.environ.get(cfg.anthropic.signing_key_env or "") if cfg.anthropic.signing_key_env else None
         self.signer = ThinkingSigner(secret.encode() if secret else None)
         self.metrics = Metrics(self)
+        self.connguard: ConnectionGuard | None = None  # set by build_app
         self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
         if cfg.cluster is not None:
             from .ops.cluster import attach  # imports redis: only when a cluster is configured
@@ -383,7 +385,9 @@ async def _expect(request: web.Request) -> None:
 
 
 def build_app(gw: Gateway) -> web.Application:
-    app = web.Application(client_max_size=gw.cfg.limits.max_body_bytes)
+    # connections: (head deadline, cap) is read once: like cluster:, it takes a restart to change
+    guard = gw.connguard = ConnectionGuard(gw.cfg.connections)
+    app = web.Application(client_max_size=gw.cfg.limits.max_body_bytes, middlewares=[guard.middleware])
     app[GATEWAY] = gw
     r = app.router
     x = {"expect_handler": _expect}
@@ -431,8 +435,11 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
     gw = Gateway(cfg, config_path)
     app = build_app(gw)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           max_field_size=limits.parser_field_cap(cfg.limits))
+                           max_field_size=limits.parser_field_cap(cfg.limits),
+                           keepalive_timeout=cfg.connections.keepalive_timeout_s)
     await runner.setup()
+    # every client connection's protocol goes through the guard (connguard.py)
+    runner._server = GuardedServer(runner._server, gw.connguard)
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port

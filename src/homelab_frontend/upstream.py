@@ -16,6 +16,8 @@ import msgspec
 
 from .config import Backend
 from .errors import GatewayError, clean_message
+from .retry_after import retry_after_seconds
+from .upstream_read import read_body, sse_payloads
 
 _MAX_ERROR_BODY = 64 * 1024
 
@@ -63,7 +65,8 @@ class UpstreamClient:
                 ),
                 headers=headers,
                 auto_decompress=False,
-                skip_auto_headers=("User-Agent",),
+                # auto_decompress is off: asking for gzip would get bodies we cannot read
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
             )
         return self._session
 
@@ -72,17 +75,17 @@ class UpstreamClient:
             await self._session.close()
 
     async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
-        """A whole (non-streaming) answer; a connection that breaks before its end is the
-        backend's failure, reported as such rather than as a gateway error."""
-        try:
-            return await resp.read()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
-            raise GatewayError(
-                "upstream_error", f"backend {self.name!r} closed the connection before its answer was complete"
-            ) from None
+        """A whole (non-streaming) answer, at most `limits.max_body_bytes` (upstream_read)."""
+        return await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
+
+    def sse(self, resp: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
+        """The `data:` payloads of a streaming answer, lines at most `limits.max_line_bytes`."""
+        return sse_payloads(resp.content, self.name, self.cfg.limits.max_line_bytes)
 
     def _unreachable(self, err: BaseException) -> GatewayError:
-        if isinstance(err, aiohttp.ServerDisconnectedError):
+        if isinstance(err, aiohttp.ServerDisconnectedError) or (
+            isinstance(err, aiohttp.ClientOSError) and not isinstance(err, aiohttp.ClientConnectorError)
+        ):  # (a ClientOSError after connecting: it reset the connection instead of answering)
             # it accepted the connection: reachable, but it hung up before answering
             return GatewayError("upstream_error", f"backend {self.name!r} closed the connection before answering")
         reason = "connection refused"
@@ -113,6 +116,9 @@ class UpstreamClient:
                 "upstream_error",
                 f"backend {self.name!r} answered {resp.status}: {clean_message(_error_text(raw))}",
                 status=resp.status if resp.status >= 400 else 502,
+                # a busy or rate-limiting backend knows best when to come back: pass it on
+                retry_after=retry_after_seconds(resp.headers.get("retry-after"))
+                if resp.status in (429, 503, 529) else None,
             )
         return resp
 
@@ -123,7 +129,7 @@ class UpstreamClient:
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as resp:
-                raw = await resp.read()
+                raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
                 if resp.status != 200:
                     raise GatewayError(
                         "upstream_error",
@@ -144,31 +150,7 @@ class UpstreamClient:
             ) as resp:
                 if resp.status != 200:
                     raise GatewayError("upstream_error", f"{url_path}: {resp.status}", status=502)
-                return await resp.text()
+                raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
+                return raw.decode(resp.charset or "utf-8", "replace")
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
             raise self._unreachable(err) from None
-
-
-async def sse_payloads(content: aiohttp.StreamReader) -> AsyncIterator[list[bytes]]:
-    """The `data:` payloads of an SSE body, in batches of whatever has already arrived: a batch
-    is never held back to wait for more, so relaying a batch as one write adds no latency."""
-    buf = b""
-    while True:
-        data = await content.readany()
-        if not data:
-            tail = buf.strip()
-            if tail.startswith(b"data:"):
-                yield [tail[5:].lstrip()]
-            return
-        if b"\n" not in data:
-            buf += data
-            continue
-        lines = (buf + data).split(b"\n")
-        buf = lines.pop()
-        batch = []
-        for line in lines:
-            if line.startswith(b"data:"):
-                payload = line[6:] if line[5:6] == b" " else line[5:]
-                batch.append(payload.rstrip(b"\r"))
-        if batch:
-            yield batch

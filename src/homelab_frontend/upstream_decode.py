@@ -7,6 +7,16 @@ Every upstream quirk of the chat-completions dialect ends here; what leaves is t
 `data: `) and returns the canonical events it carries; `decode_completion(body)` does the same for
 a whole non-streaming `chat.completion`, in the order a stream would have given them.
 
+This module is the one place that decides what a chat completion and a chunk are. The OpenAI
+surface relays the upstream's own bytes, but only after `decode_chunk` / `validate_completion`
+accepted them; the Anthropic surface translates what the same checks accepted. A body or chunk
+that is not one raises `Malformed` (a 502 / error chunk for the client, `error_upstream_*` in the
+log); an error sent with 200 raises `ErrorBody`. A chunk is malformed when it is not JSON, has a
+field of the wrong type (`"choices": null` in a completion, `"message": "x"`,
+`"finish_reason": 42`) or an `object` that is neither `chat.completion[.chunk]` nor `error`; a
+completion when it also has no choices or a first choice without a message. A chunk with
+neither choices nor usage is tolerated (it carries nothing).
+
 Quirks handled (and the choices made)
 -------------------------------------
 * `[DONE]` returns `[]` and sets `.done`; anything fed afterwards is ignored.
@@ -52,7 +62,7 @@ Quirks handled (and the choices made)
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Literal, Union
 
 import msgspec
 
@@ -68,7 +78,16 @@ from .canonical import (
 )
 from .errors import clean_message
 
-__all__ = ["ChunkDecoder", "decode_completion"]
+__all__ = ["ChunkDecoder", "Chunk", "ChunkMalformed", "ErrorBody", "Malformed", "chunk_error", "decode_chunk",
+           "decode_completion", "validate_completion", "validate_embeddings"]
+
+
+class Malformed(ValueError):
+    """An upstream body or chunk that is not a chat completion (chunk)."""
+
+
+class ErrorBody(ValueError):
+    """An upstream error sent where an answer was expected (with status 200)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +129,11 @@ class _Usage(msgspec.Struct):
     completion_tokens: Union[int, None] = None
     prompt_tokens_details: Union[_PromptDetails, None] = None
 
+    @property
+    def cached(self) -> Union[int, None]:
+        d = self.prompt_tokens_details
+        return d.cached_tokens if d is not None else None
+
 
 class _ErrorInfo(msgspec.Struct):
     message: Union[str, None] = None
@@ -118,8 +142,11 @@ class _ErrorInfo(msgspec.Struct):
 
 
 class _Chunk(msgspec.Struct):
-    object: Union[str, None] = None
-    choices: Union[list[_Choice], None] = None
+    # A Literal: an odd `object` fails inside the one decode (and costs no string per chunk)
+    object: Union[Literal["chat.completion.chunk", "chat.completion", "error"], None] = None
+    # UNSET, not None: an absent `choices` is a chunk that carries nothing, `"choices": null` is
+    # malformed (the OpenAI SDK iterates it and crashes)
+    choices: Union[list[_Choice], msgspec.UnsetType] = msgspec.UNSET
     usage: Union[_Usage, None] = None
     error: Union[_ErrorInfo, str, None] = None
     # vLLM's older top-level error shape: {"object": "error", "message", "type", "code"}
@@ -128,6 +155,7 @@ class _Chunk(msgspec.Struct):
     code: Union[int, str, None] = None
 
 
+Chunk = _Chunk
 _DECODER = msgspec.json.Decoder(_Chunk)
 _JSON = msgspec.json.Encoder()
 
@@ -159,6 +187,16 @@ def _chunk_error(chunk: _Chunk) -> UpstreamError | None:
         return UpstreamError(clean_message(chunk.message or chunk.type or "upstream error"),
                              _error_kind(chunk.type, chunk.code))
     return None
+
+
+chunk_error = _chunk_error
+
+
+# One streamed chunk (an SSE `data:` payload other than `[DONE]`), checked by its wire types
+# alone; raises ChunkMalformed. An error chunk is returned as it is (see `chunk_error`). The bare
+# msgspec decode, not a wrapper: the OpenAI relay calls it once per chunk.
+decode_chunk = _DECODER.decode
+ChunkMalformed = msgspec.DecodeError  # ValidationError (a wrong shape) is a DecodeError too
 
 
 def _usage_event(u: _Usage) -> Usage | None:
@@ -198,7 +236,7 @@ class ChunkDecoder:
             return []
         try:
             chunk = _DECODER.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except msgspec.DecodeError as exc:
             return [UpstreamError(f"malformed upstream chunk: {exc}")]
         return self._events(chunk, streaming=True)
 
@@ -298,28 +336,62 @@ class ChunkDecoder:
         return later
 
 
-def decode_completion(body: bytes) -> list[Event]:
-    """A whole non-streaming `chat.completion` -> the events a stream of it would have given.
-
-    Raises ValueError (with the reason) on a body that is not a completion: malformed JSON, an
-    error body, no choices, or a first choice without a message. A completion without a
-    finish_reason ends with `Finish("stop")` (a whole body is by definition finished).
-    """
+def validate_completion(body: bytes) -> _Chunk:
+    """A whole non-streaming `chat.completion`, checked. Raises Malformed, or ErrorBody for an
+    error body (its message cleaned for a client)."""
     try:
         chunk = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ValueError(f"upstream body is not a chat completion: {exc}") from None
+        raise Malformed(f"upstream body is not a chat completion: {exc}") from None
     err = _chunk_error(chunk)
     if err is not None:
-        raise ValueError(f"upstream returned an error instead of a completion: {err.message}")
+        raise ErrorBody(f"upstream returned an error instead of a completion: {err.message}")
     if chunk.object is not None and chunk.object != "chat.completion":
-        raise ValueError(f"upstream body is not a chat completion: object is {chunk.object!r}")
+        raise Malformed(f"upstream body is not a chat completion: object is {chunk.object!r}")
     if not chunk.choices:
-        raise ValueError("upstream body is not a chat completion: no choices")
+        raise Malformed("upstream body is not a chat completion: no choices")
     if chunk.choices[0].message is None:
-        raise ValueError("upstream body is not a chat completion: choices[0] has no message")
+        raise Malformed("upstream body is not a chat completion: choices[0] has no message")
+    return chunk
+
+
+def decode_completion(body: bytes) -> list[Event]:
+    """A whole non-streaming `chat.completion` -> the events a stream of it would have given.
+
+    Raises Malformed or ErrorBody (both ValueError, with the reason) on a body that is not a
+    completion: malformed JSON, an error body, no choices, or a first choice without a message.
+    A completion without a finish_reason ends with `Finish("stop")` (a whole body is by
+    definition finished).
+    """
+    chunk = validate_completion(body)
     dec = ChunkDecoder()
     events = dec._events(chunk, streaming=False)
     if not dec.finished:
         events.append(dec._finish("stop", None))
     return events
+
+
+class _Embeddings(msgspec.Struct):
+    object: Union[str, None] = None
+    data: Union[list[dict], None] = None
+    error: Union[_ErrorInfo, str, None] = None
+    message: Union[str, None] = None
+    type: Union[str, None] = None
+    code: Union[int, str, None] = None
+
+
+_EMBEDDINGS = msgspec.json.Decoder(_Embeddings)
+
+
+def validate_embeddings(body: bytes) -> _Embeddings:
+    """A whole `/embeddings` answer, checked: an object with a `data` list of objects."""
+    try:
+        doc = _EMBEDDINGS.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise Malformed(f"upstream body is not an embeddings list: {exc}") from None
+    if doc.error is not None or doc.object == "error":
+        err = _chunk_error(doc)  # the same error shapes as a chat chunk
+        raise ErrorBody(f"upstream returned an error instead of embeddings: {err.message if err else 'error'}")
+    if doc.data is None:
+        raise Malformed("upstream body is not an embeddings list: no data")
+    return doc

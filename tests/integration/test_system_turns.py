@@ -14,7 +14,7 @@ CONVERSATION = [
     {"role": "system", "content": "# Environment"},
     {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]},
-    {"role": "system", "content": "<total_tokens>900 tokens left</total_tokens>"},
+    {"role": "system", "content": "The user is waiting: keep it short."},
 ]
 BODY = {"max_tokens": 32, "system": "You are an agent.", "messages": CONVERSATION,
         "tools": [{"name": "Bash", "input_schema": {"type": "object"}}]}
@@ -33,7 +33,7 @@ def test_merged_by_default_native_when_configured(vllm_stub):
     assert [m["role"] for m in merged] == ["system", "user", "assistant", "tool"]
     assert merged[0]["content"] == "You are an agent."  # the start of the prompt never moves
     assert merged[1]["content"] == "run it\n\n<system>\n# Environment\n</system>"
-    assert merged[3]["content"] == "a.txt\n\n<system>\n<total_tokens>900 tokens left</total_tokens>\n</system>"
+    assert merged[3]["content"] == "a.txt\n\n<system>\nThe user is waiting: keep it short.\n</system>"
     assert [m["role"] for m in native] == ["system", "user", "system", "assistant", "tool", "system"]
-    assert native[5]["content"] == "<total_tokens>900 tokens left</total_tokens>"
+    assert native[5]["content"] == "The user is waiting: keep it short."
     assert json.dumps(merged[2]) == json.dumps(native[3])  # nothing else differs

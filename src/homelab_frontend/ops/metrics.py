@@ -54,6 +54,9 @@ _UPSTREAM_KINDS = {
     "error_upstream_unreachable": "unreachable",  # connect failed or it hung up before headers
     "error_upstream_midstream": "midstream",  # the stream broke, or carried an error frame
     "error_timeout": "timeout",  # first token, idle or total deadline passed
+    "error_upstream_too_large": "too_large",  # a line or body over the backend's read limits
+    "error_upstream_malformed": "malformed",  # an answer or chunk that is not a chat completion
+    "error_backend_down": "down",  # refused at once: its health probe marked it down
 }
 
 

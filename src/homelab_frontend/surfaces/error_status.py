@@ -20,7 +20,8 @@ import math
 
 from ..errors import GatewayError
 
-UPSTREAM_KINDS = frozenset({"upstream_unreachable", "upstream_error", "timeout"})
+UPSTREAM_KINDS = frozenset({"upstream_unreachable", "upstream_error", "upstream_too_large", "upstream_malformed",
+                            "timeout"})
 
 
 def upstream_client_status(err: GatewayError) -> int:

@@ -1,9 +1,10 @@
 """The OpenAI Chat Completions surface: /llm/v1/chat/completions, /models, /embeddings.
 
 Upstreams already speak this dialect, so answers are relayed chunk by chunk with only the model
-name put back to the one the client sent (a byte replacement: the upstream's `"model":"..."` key
-cannot occur unescaped inside JSON string content). Each chunk is decoded once, into a small
-struct, for accounting: first token, usage, a mid-stream error. The gateway always asks the
+name put back to the one the client sent (model_rewrite.py). Each chunk, and each whole answer,
+is first decoded and checked by the one decoder (upstream_decode): what is not a chat completion
+is never relayed, but ends the request with a 502 (or an error chunk once streaming). The same
+decode serves accounting: first token, usage, a mid-stream error. The gateway always asks the
 upstream for usage (for its logs and metrics) and drops the usage-only chunk when the client did
 not ask for it.
 """
@@ -22,51 +23,13 @@ from ..chat import open_chat
 from ..errors import GatewayError, clean_message
 from ..exchange import Exchange, client_gone
 from ..tracker import Tracked
-from ..upstream import sse_payloads
+from ..upstream_decode import (ChunkMalformed, ErrorBody, Malformed, chunk_error, decode_chunk, validate_completion,
+                               validate_embeddings)
+from ..upstream_read import UpstreamTooLarge
 from .body import decode_object
+from .model_rewrite import ModelRewriter
 from .openai_request import parse_request
 
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    reasoning: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    finish_reason: str | None = None
-
-
-class _PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    prompt_tokens_details: _PromptDetails | None = None
-
-    @property
-    def cached(self) -> int | None:
-        d = self.prompt_tokens_details
-        return d.cached_tokens if d is not None else None
-
-
-class _ChunkInfo(msgspec.Struct):
-    choices: list[_Choice] = []
-    usage: _Usage | None = None
-    error: object = None
-
-
-class _CompletionInfo(msgspec.Struct):
-    usage: _Usage | None = None
-    error: object = None
-
-
-_chunk_info = msgspec.json.Decoder(_ChunkInfo)
-_completion_info = msgspec.json.Decoder(_CompletionInfo)
 _encode = msgspec.json.encode
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -75,12 +38,18 @@ def error_chunk(message: str, kind: str = "api_error") -> bytes:
     return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
 
 
-def model_rewriter(upstream_model: str, client_model: str):
-    needle = b'"model":' + _encode(upstream_model)
-    repl = b'"model":' + _encode(client_model)
-    if needle == repl:
-        return lambda b: b
-    return lambda b: b.replace(needle, repl)
+def _checked_completion(raw: bytes, ex: Exchange, t: Tracked):
+    """The decoded completion, or the backend's failure as a GatewayError in its own kind."""
+    try:
+        doc = validate_completion(raw)
+    except Malformed as err:
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+    except ErrorBody as err:  # an error in a 200 body: not relayed as it is
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+    if doc.usage is not None:
+        t.tokens_in, t.tokens_out = doc.usage.prompt_tokens, doc.usage.completion_tokens or 0
+        t.tokens_cached = doc.usage.cached
+    return doc
 
 
 async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
@@ -94,19 +63,11 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
         await ex.admit()
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
         upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=usage_opts.continuous_usage_stats)
-        rewrite = model_rewriter(route.upstream_model, route.client_model)
+        rewrite = ModelRewriter(route.upstream_model, route.client_model)
         if not req.stream:
             raw = await ex.client.read_all(upstream)
             ex.complete = True
-            try:
-                info = _completion_info.decode(raw)
-                if info.usage:
-                    t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
-                    t.tokens_cached = info.usage.cached
-            except msgspec.DecodeError:
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
-            if info.error is not None:  # an error in a 200 body: not relayed as it is
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {_error_text(info.error)}")
+            doc = _checked_completion(raw, ex, t)
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
             await out.prepare(request)
             await out.write_eof()
@@ -117,13 +78,16 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
         return out
 
 
-async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:
+async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: ModelRewriter,
+                 client_wants_usage: bool) -> None:
     done = False
     failure: str | None = None
     failure_type = "api_error"
     first = True
+    # the rewrite's fast path inline (see model_rewrite): one replace per chunk, as it always was
+    needle, repl = rewrite.needle, rewrite.repl
     try:
-        async for batch in sse_payloads(upstream.content):
+        async for batch in ex.client.sse(upstream):
             ex.progress += 1
             frames = []
             for payload in batch:
@@ -131,12 +95,17 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                     done = True
                     continue
                 try:
-                    info = _chunk_info.decode(payload)
-                except msgspec.DecodeError:
-                    failure = "the backend sent a malformed chunk"
+                    info = decode_chunk(payload)
+                except ChunkMalformed as err:
+                    failure = f"the backend sent a malformed chunk: {clean_message(str(err))}"
                     break
-                if info.error is not None:
-                    failure = f"the backend failed mid-stream: {_error_text(info.error)}"
+                renamed = payload.replace(needle, repl)
+                if renamed is payload:  # not compact, or another name: the exact way
+                    renamed = rewrite.miss(payload)
+                    needle = rewrite.needle
+                payload = renamed
+                if info.error is not None or info.object == "error":
+                    failure = f"the backend failed mid-stream: {chunk_error(info).message}"
                     break
                 if info.usage is not None:
                     t.tokens_in = info.usage.prompt_tokens
@@ -154,15 +123,18 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
                             first = False
                             ex.first_token()
                             # the first token goes out at once, not after the rest of its batch
-                            frames.append(b"data: " + rewrite(payload) + b"\n\n")
+                            frames.append(b"data: " + payload + b"\n\n")
                             await ex.send(out, b"".join(frames))
                             frames = []
                             continue
-                frames.append(b"data: " + rewrite(payload) + b"\n\n")
+                frames.append(b"data: " + payload + b"\n\n")
             if frames:
                 await ex.send(out, b"".join(frames))
             if failure:
                 break
+    except UpstreamTooLarge as err:
+        t.outcome = "error_upstream_too_large"
+        failure = err.message
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         if client_gone(request):
             raise  # our own write failed: the client left (the wrapper counts it as a cancel)
@@ -186,12 +158,6 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, clie
     ex.complete = True
     await out.write(b"data: [DONE]\n\n")
     await out.write_eof()
-
-
-def _error_text(err: object) -> str:
-    """An upstream's in-band error (`{"error": {...}}` or a string), cleaned for a client."""
-    msg = err.get("message") if isinstance(err, dict) else err
-    return clean_message(str(msg))
 
 
 async def models(request: web.Request, gw, t: Tracked) -> web.Response:
@@ -234,7 +200,13 @@ async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse
         upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
         result = await ex.client.read_all(upstream)
         ex.complete = True
-        rewrite = model_rewriter(route.upstream_model, route.client_model)
+        try:
+            doc = validate_embeddings(result)
+        except Malformed as err:
+            raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        except ErrorBody as err:
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+        rewrite = ModelRewriter(route.upstream_model, route.client_model)
         out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))
         await out.prepare(request)
         await out.write_eof()

@@ -14,9 +14,13 @@ seconds, rounded up, >= 1) when the error carries one.
     overloaded            429     rate_limit_error       overloaded   (OpenAI has no 529; its SDKs
                                                                       back off and retry on 429)
     api_error             500     api_error              internal_error
+    backend_down          503     server_error           backend_down (its health probe failed;
+                                                                      Retry-After: the probe interval)
     upstream kinds        the upstream's status normalised by `error_status.upstream_client_status`:
                           400 invalid_request_error, 404 not_found_error, 413 invalid_request_error,
-                          429 rate_limit_error, 502 upstream_error, 504 api_error (code timeout),
+                          429 rate_limit_error, 502 upstream_error (code upstream_error, or
+                          upstream_unreachable / upstream_too_large / upstream_malformed by kind),
+                          504 api_error (code timeout),
                           503 and 529 -> 503 api_error (code upstream_overloaded), other 5xx api_error.
 """
 
@@ -38,6 +42,7 @@ _BY_KIND: dict[str, tuple[int, str, str]] = {
     "rate_limit": (429, "rate_limit_error", "rate_limit_exceeded"),
     "overloaded": (429, "rate_limit_error", "overloaded"),
     "api_error": (500, "api_error", "internal_error"),
+    "backend_down": (503, "server_error", "backend_down"),
 }
 
 _UPSTREAM_BY_STATUS: dict[int, tuple[str, str]] = {
@@ -50,6 +55,9 @@ _UPSTREAM_BY_STATUS: dict[int, tuple[str, str]] = {
 }
 
 
+_OWN_CODE = frozenset({"upstream_unreachable", "upstream_too_large", "upstream_malformed"})
+
+
 def _classify(err: GatewayError) -> tuple[int, str, str]:
     if err.kind not in UPSTREAM_KINDS:
         return _BY_KIND.get(err.kind, (500, "api_error", "internal_error"))
@@ -57,7 +65,7 @@ def _classify(err: GatewayError) -> tuple[int, str, str]:
     if status == 529:
         status = 503
     if status == 502:
-        code = "upstream_unreachable" if err.kind == "upstream_unreachable" else "upstream_error"
+        code = err.kind if err.kind in _OWN_CODE else "upstream_error"
         return 502, "upstream_error", code
     err_type, code = _UPSTREAM_BY_STATUS.get(status, ("api_error", "upstream_error"))
     return status, err_type, code

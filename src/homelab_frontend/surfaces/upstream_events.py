@@ -11,14 +11,18 @@ import aiohttp
 from .. import canonical as c
 from ..exchange import Exchange
 from ..stopmatch import StopMatcher
-from ..upstream import sse_payloads
 from ..upstream_decode import ChunkDecoder
+from ..upstream_read import UpstreamTooLarge
 
 CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
 
 
 class Midstream(Exception):
     """The upstream failed after the answer started."""
+
+    def __init__(self, message: str, outcome: str = "error_upstream_midstream") -> None:
+        super().__init__(message)
+        self.outcome = outcome
 
 
 async def stream_events(
@@ -32,7 +36,7 @@ async def stream_events(
     decoder = ChunkDecoder()
     first = True
     try:
-        async for batch in sse_payloads(upstream.content):
+        async for batch in ex.client.sse(upstream):
             ex.progress += 1
             events: list[c.Event] = []
             for payload in batch:
@@ -53,6 +57,8 @@ async def stream_events(
             if decoder.done:
                 ex.complete = True
                 return
+    except UpstreamTooLarge as err:
+        raise Midstream(err.message, "error_upstream_too_large") from None
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         raise Midstream("the backend closed the connection mid-stream") from None
     raise Midstream("the backend ended the stream without finishing it")

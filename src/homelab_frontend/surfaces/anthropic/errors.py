@@ -13,8 +13,12 @@ error carries one; the caller adds `content-type` and `request-id`.
     rate_limit            429     rate_limit_error
     overloaded            529     overloaded_error
     api_error             500     api_error
-    upstream_unreachable  \\
-    upstream_error         >      the upstream's status, normalised by
+    backend_down          503     backend_down_error (its health probe failed; Retry-After: the probe
+                                  interval). Not overloaded_error: it is down, not busy.
+    upstream_unreachable, \\
+    upstream_too_large,    |
+    upstream_malformed,    |
+    upstream_error,        >      the upstream's status, normalised by
     timeout               /       `error_status.upstream_client_status`, typed by status:
                                   400 invalid_request_error, 404 not_found_error,
                                   413 request_too_large, 429 rate_limit_error,
@@ -42,6 +46,7 @@ _BY_KIND: dict[str, tuple[int, str]] = {
     "rate_limit": (429, "rate_limit_error"),
     "overloaded": (529, "overloaded_error"),
     "api_error": (500, "api_error"),
+    "backend_down": (503, "backend_down_error"),
 }
 
 _BY_STATUS: dict[int, str] = {

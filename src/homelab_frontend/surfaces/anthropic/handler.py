@@ -24,7 +24,7 @@ from ...exchange import Exchange
 from ...prompt_count import count_prompt
 from ...stopmatch import StopMatcher
 from ...tracker import GENERATING, Tracked
-from ...upstream_decode import decode_completion
+from ...upstream_decode import Malformed, decode_completion
 from ...upstream_request import build_body
 from ..body import decode_object
 from ..upstream_events import Midstream as _Midstream
@@ -119,7 +119,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 return
         await out.write(enc.finish())
     except _Midstream as err:
-        t.outcome = "error_upstream_midstream"
+        t.outcome = err.outcome
         await out.write(enc.fail("api_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
@@ -137,8 +137,9 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
         ex.complete = True
         try:
             events = decode_completion(raw)
-        except ValueError as err:
-            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        except ValueError as err:  # Malformed, or an error body sent with 200
+            kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+            raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         for ev in events:
             asm.feed(ev)
     else:
@@ -149,7 +150,8 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
                 for ev in events:
                     asm.feed(ev)
         except _Midstream as err:
-            raise GatewayError("upstream_error", str(err)) from None
+            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            raise GatewayError(kind, str(err)) from None
     result = asm.result()
     usage = result.get("usage") or {}
     t.tokens_cached = usage.get("cache_read_input_tokens")

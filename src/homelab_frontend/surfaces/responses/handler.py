@@ -25,7 +25,7 @@ from ...chat import open_chat
 from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
 from ...tracker import Tracked
-from ...upstream_decode import decode_completion
+from ...upstream_decode import Malformed, decode_completion
 from ..upstream_events import Midstream, stream_events
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
@@ -134,8 +134,9 @@ async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
             ex.complete = True
             try:
                 events = decode_completion(raw)
-            except ValueError as err:
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+            except ValueError as err:  # Malformed, or an error body sent with 200
+                kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+                raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
             for ev in events:
                 enc.feed(ev)
             if enc.failed:
@@ -179,7 +180,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
         await keep()
         await out.write(tail)
     except Midstream as err:
-        t.outcome = "error_upstream_midstream"
+        t.outcome = err.outcome
         await out.write(enc.fail("server_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
