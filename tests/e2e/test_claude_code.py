@@ -246,8 +246,12 @@ def _bounded(stack: Stack) -> None:
     assert len(calls) <= MAX_REQUESTS and upstream <= MAX_REQUESTS, _summary(stack.proxy.exchanges)
 
 
+_TOKEN_COUNTER = re.compile(r"\s*<total_tokens>\d+ tokens left</total_tokens>\s*")
+
+
 def _system_turns_after_results(calls: list[Exchange]) -> list[str]:
-    """The text of the system turns Claude Code put right after the (last) tool result."""
+    """The text of the system turns Claude Code put right after the (last) tool result, less the
+    `<total_tokens>` counters, which the gateway drops (they would defeat the prefix cache)."""
     body = calls[-1].body
     msgs = body["messages"]
     at = max(i for i, m in enumerate(msgs) if m["role"] == "user" and isinstance(m["content"], list)
@@ -257,7 +261,8 @@ def _system_turns_after_results(calls: list[Exchange]) -> list[str]:
         if m["role"] != "system":
             break
         c = m["content"]
-        texts.append(c if isinstance(c, str) else "\n\n".join(b["text"] for b in c if b.get("text")))
+        text = c if isinstance(c, str) else "\n\n".join(b["text"] for b in c if b.get("text"))
+        texts.append("\n\n".join(p for p in _TOKEN_COUNTER.split(text) if p))
     return [t for t in texts if t]
 
 
