@@ -45,7 +45,10 @@ def missing() -> str | None:
 class LlamaServer:
     """One llama-server process on a free loopback port."""
 
-    def __init__(self, *, parallel: int = 2, ctx: int = 2048, threads: int = 2, extra: tuple[str, ...] = ()) -> None:
+    # One thread: llama.cpp's worker threads spin at their barriers, and two of them on a 2-core
+    # machine that also runs the gateway, the clients and other work slowed decoding from ~80 to
+    # a few tokens a second (so a stopped stream was noticed only seconds later, at its next token).
+    def __init__(self, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hlf-llama-"))
         self.log_path = self.dir / "llama-server.log"
         self.parallel, self.ctx = parallel, ctx

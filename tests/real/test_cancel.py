@@ -61,6 +61,12 @@ class Companion:
             return
 
     def close(self) -> None:
+        # shutdown first: a plain close() would wait for the reader thread's recv() to return
+        # before the kernel lets go of the socket and sends the FIN
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -89,7 +95,10 @@ def _run_phase(llama, gw, make_request, seed: int) -> list[float]:
         companion = Companion(gw)
         try:
             make_request("openai" if i % 2 == 0 else "anthropic", rng)
-            took.append(_stopped_within(llama, 1.0, running=1))
+            try:
+                took.append(_stopped_within(llama, 1.0, running=1))
+            except AssertionError as err:
+                raise AssertionError(f"repetition {i + 1} of {REPS}: {err}\n{gw.stderr()[-1500:]}\n{llama.log_text()[-2500:]}") from None
             assert companion.bytes > 0
         finally:
             companion.close()

@@ -20,9 +20,10 @@ from aiohttp import web
 from ..chat import open_chat
 from ..errors import GatewayError, clean_message
 from ..exchange import Exchange, client_gone
-from ..tracker import Tracked
+from ..tracker import GENERATING, Tracked
 from ..upstream import sse_payloads
 from .body import decode_object
+from .openai_assemble import CompletionAssembler
 from .openai_request import parse_request
 
 
@@ -80,20 +81,16 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
     principal = gw.auth.admit(request, route, "openai")
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
+        # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
+        streamed = req.stream or ex.backend.cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
-        upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=usage_opts.continuous_usage_stats)
+        upstream = await open_chat(ex, req, stream=streamed, continuous_usage=usage_opts.continuous_usage_stats)
         rewrite = model_rewriter(route.upstream_model, route.client_model)
         if not req.stream:
-            raw = await ex.client.read_all(upstream)
-            ex.complete = True
-            try:
-                info = _completion_info.decode(raw)
-                if info.usage:
-                    t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
-            except msgspec.DecodeError:
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
-            if info.error is not None:  # an error in a 200 body: not relayed as it is
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {_error_text(info.error)}")
+            if streamed:
+                raw = await _whole_from_stream(upstream, ex, t)
+            else:
+                raw = await _whole(upstream, ex, t)
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
             await out.prepare(request)
             await out.write_eof()
@@ -102,6 +99,51 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
         await out.prepare(request)
         await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out
+
+
+async def _whole(upstream, ex: Exchange, t: Tracked) -> bytes:
+    raw = await ex.client.read_all(upstream)
+    ex.complete = True
+    try:
+        info = _completion_info.decode(raw)
+        if info.usage:
+            t.tokens_in, t.tokens_out = info.usage.prompt_tokens, info.usage.completion_tokens or 0
+    except msgspec.DecodeError:
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} sent a body that is not JSON")
+    if info.error is not None:  # an error in a 200 body: not relayed as it is
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {_error_text(info.error)}")
+    return raw
+
+
+async def _whole_from_stream(upstream, ex: Exchange, t: Tracked) -> bytes:
+    """A plain answer, read from an upstream stream (the gateway folds the chunks into the
+    chat.completion the upstream would have sent). A client that leaves meanwhile closes the
+    stream, which llama.cpp notices at its next token."""
+    t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+    asm = CompletionAssembler()
+    name = ex.backend.name
+    try:
+        async for batch in sse_payloads(upstream.content):
+            ex.progress += 1
+            for payload in batch:
+                if payload == b"[DONE]":
+                    ex.complete = True
+                    continue
+                try:
+                    asm.feed(payload)
+                except ValueError as err:
+                    raise GatewayError("upstream_error", f"backend {name!r}: {err}") from None
+                if asm.error is not None:
+                    raise GatewayError("upstream_error", f"backend {name!r} failed: {_error_text(asm.error)}")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        raise GatewayError("upstream_error", f"backend {name!r} closed the connection before its answer was complete") from None
+    if not ex.complete:
+        raise GatewayError("upstream_error", f"backend {name!r} ended the stream without finishing it")
+    usage = asm.usage or {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    t.tokens_in = prompt if isinstance(prompt, int) else None
+    t.tokens_out = completion if isinstance(completion, int) else asm.pieces
+    return _encode(asm.result())
 
 
 async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite, client_wants_usage: bool) -> None:

@@ -158,7 +158,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
 
 async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher) -> dict:
     asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer)
-    if matcher is None:
+    if matcher is None and not ex.backend.cfg.streams_upstream:
         upstream = await open_chat(ex, req, stream=False)
         raw = await ex.client.read_all(upstream)
         ex.complete = True
@@ -169,8 +169,10 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
         for ev in events:
             asm.feed(ev)
     else:
-        upstream = await open_chat(ex, req, stream=True, send_stop=False)
-        t.phase = GENERATING  # streamed only for the gateway's stop matching: no first token to await
+        # streamed for the gateway's stop matching, or because the backend cannot stop a plain
+        # generation (config.Backend.streams_upstream): no first token to await either way
+        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None)
+        t.phase = GENERATING
         try:
             async for events in _stream_events(upstream, ex, matcher):
                 for ev in events:
