@@ -18,6 +18,7 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
+from ... import token_count
 from ...chat import open_chat
 from ...errors import GatewayError, clean_message
 from ...exchange import Exchange
@@ -104,7 +105,7 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         gateway_stops = _gateway_stops(req, ex)
         matcher = StopMatcher(req.stop) if gateway_stops else None
         if not req.stream:
-            result = await _whole_message(req, ex, t, message_id, gw, matcher)
+            result = await _whole_message(req, ex, t, message_id, gw, matcher, _estimated_input_tokens(body, req))
             out = web.Response(body=msgspec.json.encode(result), content_type="application/json",
                                headers=gw.headers(t))
             await out.prepare(request)
@@ -145,6 +146,10 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
                 return
+        if enc.output_tokens is None:
+            # the gateway stopped the generation (a stop sequence) before the upstream reported
+            # usage: its own count, one token per delta (README: usage)
+            enc.feed(c.Usage(output_tokens=t.tokens_out))
         await out.write(enc.finish())
     except _Midstream as err:
         t.outcome = "error_upstream_midstream"
@@ -156,8 +161,10 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
         raise err from None
 
 
-async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher) -> dict:
+async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher,
+                         estimated_input: int) -> dict:
     asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer)
+    counted = 0  # generated deltas: the gateway's own count where the upstream reports none
     if matcher is None and not ex.backend.cfg.streams_upstream:
         upstream = await open_chat(ex, req, stream=False)
         raw = await ex.client.read_all(upstream)
@@ -176,19 +183,28 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
         try:
             async for events in _stream_events(upstream, ex, matcher):
                 for ev in events:
+                    if isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
+                        counted += 1
                     asm.feed(ev)
         except _Midstream as err:
             raise GatewayError("upstream_error", str(err)) from None
     result = asm.result()
-    usage = result.get("usage") or {}
+    usage = result["usage"]
+    # A generation the gateway stopped itself (a stop sequence) ends before the upstream's usage
+    # chunk: the gateway's own figures then, never null (README: usage)
+    if usage["output_tokens"] is None:
+        usage["output_tokens"] = counted
+    if usage["input_tokens"] is None:
+        usage["input_tokens"] = estimated_input
     t.tokens_in = usage.get("input_tokens")
     t.tokens_out = usage.get("output_tokens") or 0
     return result
 
 
 async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
-    """A real count from vLLM's /tokenize (chat template and tools included); other backends
-    have no tokenizer endpoint, so the answer there is an estimate (README: count_tokens)."""
+    """A real count from the backend's tokenizer (vLLM's /tokenize, llama.cpp's /apply-template
+    and /tokenize: chat template and tools included); other backends have no tokenizer endpoint,
+    so the answer there is an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
 
     def parse(b: bytes) -> c.Request:
@@ -205,22 +221,7 @@ async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     chat = msgspec.json.decode(
         build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None)
     )
-    count = None
-    if backend.cfg.kind == "vllm":
-        client = gw.clients[backend.name]
-        tok_body = {"model": chat["model"], "messages": chat["messages"]}
-        if "tools" in chat:
-            tok_body["tools"] = chat["tools"]
-        try:
-            resp = await client.post("/tokenize", root=True, body=msgspec.json.encode(tok_body))
-            try:
-                doc = msgspec.json.decode(await resp.read())
-            finally:
-                resp.release()
-            if isinstance(doc, dict) and isinstance(doc.get("count"), int):
-                count = doc["count"]
-        except (GatewayError, msgspec.DecodeError, aiohttp.ClientError):
-            count = None  # a tokenizer that answers badly counts as none: the estimate below
+    count = await token_count.count(gw.clients[backend.name], backend.cfg.kind, chat)
     if count is None:
         # No tokenizer endpoint: about four bytes of chat text per token.
         count = max(1, len(msgspec.json.encode(chat["messages"])) // 4)
