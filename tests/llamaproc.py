@@ -20,6 +20,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from gwproc import config_for
 from stubproc import free_port
 
 LLAMA_VERSION = "11434.0.0"
@@ -40,6 +43,22 @@ def missing() -> str | None:
     if not (GGUF.is_file() and GGUF.stat().st_size > 0):
         return f"{HOW} (no {GGUF})"
     return None
+
+
+def require_llama() -> None:
+    why = missing()
+    if why is None:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(why, pytrace=False)
+    pytest.skip(why)
+
+
+def llama_config(base: str, **backend) -> dict:
+    return config_for(
+        {"llama": {"url": base, "kind": "llamacpp", "slots": 2, "health_interval_s": 1, **backend}},
+        {MODEL: {"backend": "llama", "upstream_model": ALIAS}},
+    )
 
 
 class LlamaServer:

@@ -7,30 +7,11 @@ installs it; elsewhere (a developer's `make test`) they are skipped with the sam
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from gwproc import Gateway, config_for
-from llamaproc import ALIAS, MODEL, LlamaServer, missing
+from gwproc import Gateway
+from llamaproc import LlamaServer, llama_config, require_llama
 from stubproc import wait_for
-
-
-
-def require_llama() -> None:
-    why = missing()
-    if why is None:
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
-
-
-def llama_config(base: str, **backend) -> dict:
-    return config_for(
-        {"llama": {"url": base, "kind": "llamacpp", "slots": 2, "health_interval_s": 1, **backend}},
-        {MODEL: {"backend": "llama", "upstream_model": ALIAS}},
-    )
 
 
 @pytest.fixture(scope="session")
