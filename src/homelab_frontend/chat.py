@@ -31,14 +31,21 @@ from .upstream_request import build_body
 # Both wordings vLLM has used for the same refusal.
 _CTX_OLD = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
 _CTX_NEW = re.compile(r"maximum context length is (\d+) tokens.*?has (\d+) input tokens", re.S)
+# llama.cpp's exceed_context_size_error (also for stream: true); it refuses only a prompt that
+# alone exceeds a slot's context, and cuts an answer short at the context's end instead.
+_CTX_LLAMA = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
 
 
 def context_refusal(message: str) -> tuple[int, int] | None:
-    """(context length, prompt tokens) from a vLLM context-length 400, if that is what it is."""
+    """(context length, prompt tokens) from a vLLM or llama.cpp context-length 400, if that is
+    what it is."""
     for pattern in (_CTX_OLD, _CTX_NEW):
         m = pattern.search(message)
         if m:
             return int(m.group(1)), int(m.group(2))
+    m = _CTX_LLAMA.search(message)
+    if m:
+        return int(m.group(2)), int(m.group(1))
     return None
 
 

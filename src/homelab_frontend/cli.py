@@ -25,7 +25,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"config OK: listen {cfg.listen.host}:{cfg.listen.port}")
     print("backends:")
     for name, b in cfg.backends.items():
-        print(f"  {name:<16} {b.kind:<8} slots={b.slots:<3} queue={b.queue.depth}/{b.queue.timeout_s:g}s  {b.url}")
+        print(f"  {name:<16} {b.kind or 'auto':<8} slots={b.slots:<3} queue={b.queue.depth}/{b.queue.timeout_s:g}s  {b.url}")
     print("models:")
     for name, m in cfg.models.items():
         up = m.upstream_model or name

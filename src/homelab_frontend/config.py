@@ -50,8 +50,9 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     slots: int = 8
     api_key_env: str | None = None
     # What the upstream software is: decides which wire extras it understands (vLLM's
-    # stop_reason and continuous usage stats) and what the gateway must do itself.
-    kind: BackendKind = "vllm"
+    # stop_reason and continuous usage stats) and what the gateway must do itself. Left out:
+    # detected from the backend's /v1/models (backend_kind.py); vllm until the first probe.
+    kind: BackendKind | None = None
     max_model_len: int | None = None  # default: read from the backend's /v1/models
     queue: Queue = msgspec.field(default_factory=Queue)
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
@@ -61,6 +62,14 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     @property
     def reports_stop_reason(self) -> bool:
         return self.kind == "vllm"
+
+    @property
+    def streams_upstream(self) -> bool:
+        """Ask for a stream even when the client wants one whole answer. llama.cpp checks a
+        non-streaming client's socket only after a full second in which no task at all gave a
+        result, so while anything else runs on it (another slot's tokens, a /metrics scrape) a
+        generation whose client left runs to its end; a stream it stops at the next token."""
+        return self.kind == "llamacpp"
 
 
 class Model(msgspec.Struct, forbid_unknown_fields=True):

@@ -21,6 +21,9 @@ class BackendState:
     last_error: str | None = None
     model_lens: dict[str, int] = field(default_factory=dict)  # from /v1/models max_model_len
     upstream_running: int | None = None  # the backend's own running count, where it tells
+    # `kind` left out of the config: cfg.kind is the detected one (backend_kind.py)
+    auto_kind: bool = False
+    detected_kind: str | None = None
 
     @property
     def free(self) -> int:

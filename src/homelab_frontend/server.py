@@ -15,7 +15,7 @@ from typing import Awaitable, Callable, TypeVar
 from aiohttp import web
 
 from . import config as cfgmod
-from . import limits
+from . import backend_kind, limits
 from .auth import Auth
 from .connguard import ConnectionGuard, GuardedServer
 from .errors import GatewayError
@@ -84,10 +84,12 @@ class Gateway:
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
             if state is None:
-                self.backends[name] = BackendState(name, b, _pool(name, b, self.cluster))
+                state = self.backends[name] = BackendState(name, backend_kind.effective(b, None),
+                                                           _pool(name, b, self.cluster))
             else:
-                state.cfg = b
+                state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
+            state.auto_kind = b.kind is None
             old = self.clients.get(name)
             if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
                 if old is not None:

@@ -1,10 +1,14 @@
-"""Backend health: one cheap probe (GET /v1/models, never a generation) and, for vLLM, the leak
-check against its own count of running sequences."""
+"""Backend health: one cheap probe (GET /v1/models, never a generation) that also detects the
+backend's kind when the config leaves it out, and, for vLLM and llama.cpp, the leak check against
+the backend's own count of running requests."""
 
 from __future__ import annotations
 
 import logging
 
+import msgspec
+
+from .. import backend_kind
 from ..errors import GatewayError
 from ..routing import BackendState
 from ..upstream import UpstreamClient
@@ -16,12 +20,10 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
     """Mark the backend up or down, and learn its models' context lengths on the way."""
     try:
         doc = await client.get_json("/models", timeout_s=min(5.0, state.cfg.health_interval_s))
-        lens = {}
-        for m in doc.get("data", []) if isinstance(doc, dict) else []:
-            if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
-                lens[str(m.get("id"))] = m["max_model_len"]
-        state.model_lens = lens
-        if state.cfg.kind == "vllm":
+        if state.auto_kind:
+            _detect(state, doc)
+        state.model_lens = context_lengths(doc)
+        if state.cfg.kind in _RUNNING:
             await leak_check(state, client)
         if not state.up:
             log.warning("backend %s is up again", state.name)
@@ -32,10 +34,40 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
         state.up, state.last_error = False, err.message
 
 
+def context_lengths(doc: object) -> dict[str, int]:
+    """Model id -> context length a request may use: vLLM's `max_model_len`; llama.cpp's
+    `meta.n_ctx`, which is already per slot (the -c context divided by --parallel)."""
+    lens = {}
+    for m in doc.get("data", []) if isinstance(doc, dict) else []:
+        if not isinstance(m, dict):
+            continue
+        n = m.get("max_model_len")
+        meta = m.get("meta")
+        if not isinstance(n, int) and isinstance(meta, dict):
+            n = meta.get("n_ctx")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            lens[str(m.get("id"))] = n
+    return lens
+
+
+def _detect(state: BackendState, doc: object) -> None:
+    kind = backend_kind.detect(doc)
+    if kind is None or kind == state.detected_kind:
+        return
+    state.detected_kind = kind
+    state.cfg = msgspec.structs.replace(state.cfg, kind=kind)
+    log.info("backend %s: no kind configured, detected %s from /v1/models", state.name, kind)
+
+
+# The gauge in each server's /metrics that counts the requests it is running right now.
+_RUNNING = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
+
+
 async def leak_check(state: BackendState, client: UpstreamClient) -> None:
-    """Compare our slot count with vLLM's own count of running sequences. More running there
-    than we hold means generations nobody is waiting for (or another client of the backend);
-    it is reported on /admin/requests and /metrics, never acted on blindly."""
+    """Compare our slot count with the backend's own count of running requests (vLLM's
+    num_requests_running, llama.cpp's requests_processing). More running there than we hold
+    means generations nobody is waiting for (or another client of the backend); it is reported
+    on /admin/requests and /metrics, never acted on blindly."""
     try:
         text = await client.get_text("/metrics", timeout_s=2.0)
     except GatewayError:
@@ -43,8 +75,9 @@ async def leak_check(state: BackendState, client: UpstreamClient) -> None:
         return
     running = 0.0
     found = False
+    gauge = _RUNNING[state.cfg.kind]
     for line in text.splitlines():
-        if line.startswith("vllm:num_requests_running"):
+        if line.startswith(gauge):
             try:
                 running += float(line.rsplit(" ", 1)[1])
                 found = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from typing import Any
@@ -11,13 +12,14 @@ from aiohttp import web
 
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
 from .flavour import Flavour, Rejection, embedding_vector
+from .llamacpp import KEEP_ALIVE, LlamaCpp
 from .ollama import Ollama
 from .prefix_cache import PrefixCache
 from .script import count_text_tokens, prompt_token_ids, text_token_ids
 from .state import EventLog, StubConfig, StubState
 from .vllm import Vllm
 
-FLAVOURS: dict[str, type[Flavour]] = {"vllm": Vllm, "ollama": Ollama}
+FLAVOURS: dict[str, type[Flavour]] = {"vllm": Vllm, "ollama": Ollama, "llamacpp": LlamaCpp}
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -100,6 +102,60 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
+async def _llama_metrics(request: web.Request) -> web.Response:
+    running = request.app[STATE].stats.in_flight
+    text = (
+        "# HELP llamacpp:requests_processing Number of requests processing.\n"
+        "# TYPE llamacpp:requests_processing gauge\n"
+        f"llamacpp:requests_processing {running}\n"
+        "# HELP llamacpp:requests_deferred Number of requests deferred.\n"
+        "# TYPE llamacpp:requests_deferred gauge\n"
+        "llamacpp:requests_deferred 0\n"
+    )
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def _llama_slots(request: web.Request) -> web.Response:
+    running = request.app[STATE].stats.in_flight
+    return _json([{"id": i, "n_ctx": request.app[STATE].config.max_model_len, "is_processing": i < running}
+                  for i in range(max(2, running))])
+
+
+async def _llama_apply_template(request: web.Request) -> web.Response:
+    """The stub's pretend template renders one word per prompt token, so that /tokenize of it
+    counts exactly the usage.prompt_tokens of the same messages (as on the real server)."""
+    body = await _read_json(request)
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return json_response(request.app[FLAVOUR].error(400, "'messages' is required"))
+    return _json({"prompt": " ".join(f"<{i}>" for i in prompt_token_ids(body["messages"]))})
+
+
+async def _llama_tokenize(request: web.Request) -> web.Response:
+    body = await _read_json(request)
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, str):
+        return json_response(request.app[FLAVOUR].error(400, "'content' is required"))
+    return _json({"tokens": text_token_ids(content)})
+
+
+async def _llama_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Keep-Alive"] = KEEP_ALIVE
+
+
+# llama-server closes the connection a moment after a streamed answer, though it announced
+# keep-alive: a request sent on it in that moment gets no answer at all.
+LLAMA_CLOSE_AFTER_STREAM_S = 0.05
+
+
+@web.middleware
+async def _llama_close_after_stream(request: web.Request, handler: Any) -> web.StreamResponse:
+    resp = await handler(request)
+    if resp.headers.get("Content-Type", "").startswith("text/event-stream") and request.transport is not None:
+        transport = request.transport
+        asyncio.get_running_loop().call_later(LLAMA_CLOSE_AFTER_STREAM_S, transport.close)
+    return resp
+
+
 async def _health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
@@ -133,7 +189,8 @@ def build_app(config: StubConfig) -> web.Application:
     state = StubState(config=config, log=EventLog(config.log))
     if config.prefix_cache_tokens > 0:
         state.cache = PrefixCache(config.prefix_cache_tokens, config.prefix_block)
-    app = web.Application(middlewares=[_auth], client_max_size=64 * 1024 * 1024)
+    middlewares = [_auth, _llama_close_after_stream] if config.flavour == "llamacpp" else [_auth]
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[STATE] = state
     app[FLAVOUR] = flavour
     app.router.add_post(CHAT_PATH, handle_chat)
@@ -143,6 +200,13 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_post("/tokenize", _tokenize)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/health", _health)
+    elif config.flavour == "llamacpp":
+        app.router.add_post("/tokenize", _llama_tokenize)
+        app.router.add_post("/apply-template", _llama_apply_template)
+        app.router.add_get("/metrics", _llama_metrics)
+        app.router.add_get("/slots", _llama_slots)
+        app.router.add_get("/health", _health)
+        app.on_response_prepare.append(_llama_headers)
     else:
         app.router.add_get("/", _ollama_root)
         app.router.add_get("/api/version", _ollama_version)

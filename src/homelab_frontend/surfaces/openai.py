@@ -22,12 +22,13 @@ from ..affinity import session_key
 from ..chat import open_chat
 from ..errors import GatewayError, clean_message
 from ..exchange import Exchange, client_gone
-from ..tracker import Tracked
+from ..tracker import GENERATING, Tracked
 from ..upstream_decode import (ChunkMalformed, ErrorBody, Malformed, chunk_error, decode_chunk, validate_completion,
                                validate_embeddings)
 from ..upstream_read import UpstreamTooLarge
 from .body import decode_object
 from .model_rewrite import ModelRewriter
+from .openai_assemble import CompletionAssembler
 from .openai_request import parse_request
 
 _encode = msgspec.json.encode
@@ -61,13 +62,18 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
     session = session_key(request.headers, req) if route.wants_session else None
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
+        # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
+        streamed = req.stream or ex.backend.cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
-        upstream = await open_chat(ex, req, stream=req.stream, continuous_usage=usage_opts.continuous_usage_stats)
+        upstream = await open_chat(ex, req, stream=streamed, continuous_usage=usage_opts.continuous_usage_stats)
         rewrite = ModelRewriter(route.upstream_model, route.client_model)
         if not req.stream:
-            raw = await ex.client.read_all(upstream)
-            ex.complete = True
-            doc = _checked_completion(raw, ex, t)
+            if streamed:
+                raw = await _whole_from_stream(upstream, ex, t)
+            else:
+                raw = await ex.client.read_all(upstream)
+                ex.complete = True
+            _checked_completion(raw, ex, t)
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
             await out.prepare(request)
             await out.write_eof()
@@ -76,6 +82,39 @@ async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamRe
         await out.prepare(request)
         await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out
+
+
+async def _whole_from_stream(upstream, ex: Exchange, t: Tracked) -> bytes:
+    """A plain answer, read from an upstream stream (the gateway folds the chunks into the
+    chat.completion the upstream would have sent). A client that leaves meanwhile closes the
+    stream, which llama.cpp notices at its next token."""
+    t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+    asm = CompletionAssembler()
+    name = ex.backend.name
+    try:
+        async for batch in ex.client.sse(upstream):
+            ex.progress += 1
+            for payload in batch:
+                if payload == b"[DONE]":
+                    ex.complete = True
+                    continue
+                try:
+                    asm.feed(payload)
+                except ValueError as err:
+                    raise GatewayError("upstream_malformed", f"backend {name!r}: {clean_message(str(err))}") from None
+                if asm.error is not None:
+                    err = asm.error
+                    text = err.get("message") if isinstance(err, dict) else err
+                    raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(str(text))}")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        raise GatewayError("upstream_error", f"backend {name!r} closed the connection before its answer was complete") from None
+    if not ex.complete:
+        raise GatewayError("upstream_error", f"backend {name!r} ended the stream without finishing it")
+    usage = asm.usage or {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    t.tokens_in = prompt if isinstance(prompt, int) else None
+    t.tokens_out = completion if isinstance(completion, int) else asm.pieces
+    return _encode(asm.result())
 
 
 async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: ModelRewriter,

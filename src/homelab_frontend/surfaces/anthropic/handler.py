@@ -59,7 +59,7 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         gateway_stops = _gateway_stops(req, ex)
         matcher = StopMatcher(req.stop) if gateway_stops else None
         if not req.stream:
-            result = await _whole_message(req, ex, t, message_id, gw, matcher)
+            result = await _whole_message(req, ex, t, message_id, gw, matcher, _estimated_input_tokens(body, req))
             out = web.Response(body=msgspec.json.encode(result), content_type="application/json",
                                headers=gw.headers(t))
             await out.prepare(request)
@@ -117,6 +117,10 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
             if enc.ended:
                 t.outcome = "error_upstream_midstream"
                 return
+        if enc.output_tokens is None:
+            # the gateway stopped the generation (a stop sequence) before the upstream reported
+            # usage: its own count, one token per delta (README: usage)
+            enc.feed(c.Usage(output_tokens=t.tokens_out))
         await out.write(enc.finish())
     except _Midstream as err:
         t.outcome = err.outcome
@@ -128,10 +132,12 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
         raise err from None
 
 
-async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher) -> dict:
+async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: str, gw, matcher,
+                         estimated_input: int) -> dict:
     asm = MessageAssembler(message_id=message_id, model=req.model, signer=gw.signer,
                            hide_reasoning=req.reasoning_hidden)
-    if matcher is None:
+    counted = 0  # generated deltas: the gateway's own count where the upstream reports none
+    if matcher is None and not ex.backend.cfg.streams_upstream:
         upstream = await open_chat(ex, req, stream=False)
         raw = await ex.client.read_all(upstream)
         ex.complete = True
@@ -143,17 +149,27 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
         for ev in events:
             asm.feed(ev)
     else:
-        upstream = await open_chat(ex, req, stream=True, send_stop=False)
-        t.phase = GENERATING  # streamed only for the gateway's stop matching: no first token to await
+        # streamed for the gateway's stop matching, or because the backend cannot stop a plain
+        # generation (config.Backend.streams_upstream): no first token to await either way
+        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None)
+        t.phase = GENERATING
         try:
             async for events in _stream_events(upstream, ex, matcher):
                 for ev in events:
+                    if isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
+                        counted += 1
                     asm.feed(ev)
         except _Midstream as err:
             kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
             raise GatewayError(kind, str(err)) from None
     result = asm.result()
-    usage = result.get("usage") or {}
+    usage = result["usage"]
+    # A generation the gateway stopped itself (a stop sequence) ends before the upstream's usage
+    # chunk: the gateway's own figures then, never null (README: usage)
+    if usage["output_tokens"] is None:
+        usage["output_tokens"] = counted
+    if usage["input_tokens"] is None:
+        usage["input_tokens"] = estimated_input
     t.tokens_cached = usage.get("cache_read_input_tokens")
     t.tokens_in = usage.get("input_tokens")
     if t.tokens_in is not None and t.tokens_cached is not None:

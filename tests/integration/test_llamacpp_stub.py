@@ -1,0 +1,117 @@
+"""The gateway in front of the llama.cpp-flavoured stub (fast; tests/real/ runs the real server):
+kind detection, plain answers streamed upstream (and cancelled with the client), usage after a
+gateway-side stop, count_tokens through /apply-template + /tokenize, the context error, the
+leak check, and connections the upstream closes right after a stream."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+import openai
+import pytest
+
+from gwproc import Gateway, config_for
+from rawhttp import post_and_vanish, post_raw
+from stubproc import start_stub, wait_for
+
+MODEL = "gemma"
+
+
+@pytest.fixture(scope="module")
+def llama_stub():
+    with start_stub("llamacpp", "--max-model-len", "200") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def gw(llama_stub):
+    # no `kind`: detected from the stub's /v1/models
+    cfg = config_for({"llama": {"url": llama_stub.base, "slots": 2, "health_interval_s": 0.5}},
+                     {MODEL: {"backend": "llama", "upstream_model": "gemma-3-270m"}})
+    with Gateway(cfg) as g:
+        wait_for(lambda: "detected llamacpp" in g.stderr(), 5)
+        yield g
+
+
+def test_plain_answers_are_streamed_upstream_and_assembled(gw, llama_stub):
+    llama_stub.reset()
+    oai = openai.OpenAI(base_url=gw.base, api_key="x", max_retries=0)
+    r = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi [stub content=3]"}])
+    assert r.model == MODEL and r.choices[0].message.content == "Hello from the "
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == 3
+    ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
+    m = ant.messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "hi [stub content=3]"}])
+    assert m.content[0].text == "Hello from the " and m.usage.output_tokens == 3
+    assert [req["body"].get("stream") for req in llama_stub.requests()[-2:]] == [True, True]
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+def test_a_plain_request_whose_client_leaves_is_cancelled_upstream(gw, llama_stub, path):
+    llama_stub.reset()
+    before = llama_stub.log_text().count("cancelled")
+    post_and_vanish(gw.base + path, {"model": MODEL, "max_tokens": 500,
+                                     "messages": [{"role": "user", "content": "[stub content=400 delay_ms=20]"}]},
+                    after_s=0.4)
+    gone = time.monotonic()
+    wait_for(lambda: llama_stub.log_text().count("cancelled") == before + 1, 1.0)
+    assert time.monotonic() - gone <= 1.0
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 1.0)
+
+
+def test_stop_sequence_matched_by_the_gateway_has_integer_usage(gw):
+    ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
+    msgs = [{"role": "user", "content": "hi [stub content=12]"}]
+    m = ant.messages.create(model=MODEL, max_tokens=50, messages=msgs, stop_sequences=["demo"])
+    assert (m.stop_reason, m.stop_sequence, m.content[0].text) == ("stop_sequence", "demo", "Hello from the homelab ")
+    assert isinstance(m.usage.input_tokens, int) and m.usage.output_tokens >= 4
+    with ant.messages.stream(model=MODEL, max_tokens=50, messages=msgs, stop_sequences=["demo"]) as s:
+        f = s.get_final_message()
+    assert f.stop_sequence == "demo" and f.usage.output_tokens >= 4
+
+
+def test_count_tokens_is_the_upstreams_prompt_count(gw):
+    ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
+    msgs = [{"role": "user", "content": "one two three four [stub content=1]"}]
+    counted = ant.messages.count_tokens(model=MODEL, messages=msgs, system="be brief").input_tokens
+    m = ant.messages.create(model=MODEL, max_tokens=5, messages=msgs, system="be brief")
+    assert counted == m.usage.input_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_over_the_context_is_a_400(gw, stream):
+    huge = [{"role": "user", "content": "word " * 300}]
+    status, _, body = post_raw(gw.llm + "/v1/messages", {"model": MODEL, "max_tokens": 5, "stream": stream,
+                                                         "messages": huge})
+    assert status == 400 and b"invalid_request_error" in body and b"context of 200 tokens" in body
+    status, _, body = post_raw(gw.base + "/chat/completions", {"model": MODEL, "max_tokens": 5, "stream": stream,
+                                                                "messages": huge})
+    assert status == 400 and b"invalid_request_error" in body
+
+
+def test_context_length_from_meta_n_ctx(gw):
+    status, doc = gw.get("/llm/v1/models")
+    assert status == 200 and doc["data"][0]["max_model_len"] == 200
+
+
+def test_leak_check_reads_requests_processing(gw, llama_stub):
+    import threading
+
+    t = threading.Thread(target=post_raw, args=(gw.base + "/chat/completions", {
+        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "[stub content=150 delay_ms=20]"}]}))
+    t.start()
+    try:
+        wait_for(lambda: gw.admin()["backends"]["llama"]["upstream_running"] == 1, 3)
+        assert gw.admin()["backends"]["llama"]["slot_mismatch"] == 0
+    finally:
+        t.join()
+
+
+def test_requests_right_after_streams_never_meet_a_closed_connection(gw):
+    statuses = []
+    for _ in range(40):
+        post_raw(gw.base + "/chat/completions", {"model": MODEL, "stream": True,
+                                                 "messages": [{"role": "user", "content": "[stub content=2]"}]})
+        statuses.append(post_raw(gw.base + "/chat/completions", {
+            "model": MODEL, "messages": [{"role": "user", "content": "[stub content=2]"}]})[0])
+    assert statuses == [200] * 40

@@ -1,0 +1,164 @@
+"""No generation outlives its client on llama.cpp's real server, in any phase, judged by
+llama.cpp's own evidence: `/slots` `is_processing` and `/metrics` `llamacpp:requests_processing`.
+
+Each phase is tried 20 times with a random disconnect time, alternating the two dialects, while a
+companion stream keeps llama.cpp's other slot generating. The companion is what a homelab
+server sees (two users), and it is what made non-streaming requests outlive their clients:
+llama.cpp checks a non-streaming client's socket only when its HTTP thread waits a full second
+with no result from ANY task, and every token of another stream (and every /slots or /metrics
+query) restarts that wait (README: llama.cpp). The companion holds one gateway slot too, so
+the request under test always has the other one.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+
+import pytest
+
+from llamaproc import MODEL
+from rawhttp import _request_bytes, post_and_vanish
+from stubproc import wait_for
+
+REPS = 20
+LONG = "Write a very long story about a dragon."  # Gemma 270M at temperature 0: runs to max_tokens
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _body(dialect: str, *, stream: bool, max_tokens: int = 2000, prompt: str = LONG) -> tuple[str, dict]:
+    body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "stream": stream,
+            "messages": [{"role": "user", "content": prompt}]}
+    return ("/chat/completions" if dialect == "openai" else "/messages"), body
+
+
+class Companion:
+    """A long stream through the gateway, read on a thread, until closed."""
+
+    def __init__(self, gw) -> None:
+        path, body = _body("openai", stream=True, max_tokens=900)
+        addr, req = _request_bytes(gw.base + path, body)
+        self.sock = socket.create_connection(addr, timeout=60)
+        self.sock.sendall(req)
+        self.bytes = 0
+        self.first = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.first.wait(10), "the companion stream did not start"
+
+    def _read(self) -> None:
+        try:
+            while True:
+                got = self.sock.recv(65536)
+                if not got:
+                    return
+                self.bytes += len(got)
+                if b"data:" in got:
+                    self.first.set()
+        except OSError:
+            return
+
+    def close(self) -> None:
+        # shutdown first: a plain close() would wait for the reader thread's recv() to return
+        # before the kernel lets go of the socket and sends the FIN
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _stopped_within(llama, budget: float, running: int) -> float:
+    """Seconds until llama.cpp itself shows only `running` requests processing; fails after `budget`."""
+    t0 = time.monotonic()
+    while True:
+        slots = llama.processing()
+        gauge = llama.metrics().get("llamacpp:requests_processing")
+        if slots == running and gauge == running:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > budget:
+            raise AssertionError(
+                f"llama.cpp still runs {slots} (slots) / {gauge} (requests_processing) requests "
+                f"{budget:g} s after the client left; expected {running}"
+            )
+        time.sleep(0.02)
+
+
+def _run_phase(llama, gw, make_request, seed: int) -> list[float]:
+    """REPS disconnects with a companion stream alive; -> how long each took to stop upstream."""
+    rng = random.Random(seed)
+    took = []
+    for i in range(REPS):
+        wait_for(llama.idle, timeout=30, interval=0.05)
+        companion = Companion(gw)
+        try:
+            make_request("openai" if i % 2 == 0 else "anthropic", rng)
+            try:
+                took.append(_stopped_within(llama, 1.0, running=1))
+            except AssertionError as err:
+                raise AssertionError(f"repetition {i + 1} of {REPS}: {err}\n{gw.stderr()[-1500:]}\n{llama.log_text()[-2500:]}") from None
+            assert companion.bytes > 0
+        finally:
+            companion.close()
+        _stopped_within(llama, 1.0, running=0)  # and the companion's own generation stops too
+    admin = gw.admin()
+    assert admin["backends"]["llama"]["in_use"] == 0, admin
+    return took
+
+
+def test_nonstreaming_client_leaves_while_the_gateway_waits(idle_llama, llama_gw):
+    """The issue's orphan: a plain request whose client closes 0.3-1.5 s in."""
+
+    def request(dialect, rng):
+        path, body = _body(dialect, stream=False)
+        post_and_vanish(llama_gw.base + path, body, after_s=rng.uniform(0.3, 1.5))
+
+    took = _run_phase(idle_llama, llama_gw, request, seed=13)
+    outcomes = [r["outcome"] for r in llama_gw.access_log() if r.get("stream") is False][-REPS:]
+    assert all(o.startswith("cancelled_") for o in outcomes), outcomes
+    print(f"non-streaming: stopped after {max(took):.3f} s at most")
+
+
+def test_streaming_client_leaves_mid_stream(idle_llama, llama_gw):
+    def request(dialect, rng):
+        path, body = _body(dialect, stream=True)
+        post_and_vanish(llama_gw.base + path, body, after_bytes=1, after_s=rng.uniform(0.2, 1.5))
+
+    took = _run_phase(idle_llama, llama_gw, request, seed=14)
+    print(f"mid-stream: stopped after {max(took):.3f} s at most")
+
+
+def test_streaming_client_leaves_before_the_first_token(idle_llama, llama_gw):
+    """Gone while the gateway connects, or llama.cpp reads the prompt: 0-150 ms in."""
+
+    def request(dialect, rng):
+        path, body = _body(dialect, stream=True)
+        post_and_vanish(llama_gw.base + path, body, after_s=rng.uniform(0.0, 0.15))
+
+    took = _run_phase(idle_llama, llama_gw, request, seed=15)
+    print(f"before the first token: stopped after {max(took):.3f} s at most")
+
+
+def test_client_leaves_while_queued(idle_llama, llama_gw):
+    """Both gateway slots busy: a third request waits in the gateway's queue and its client
+    leaves. It must never reach llama.cpp (no deferred request there, never a third slot)."""
+    llama = idle_llama
+    rng = random.Random(16)
+    queued_before = sum(r["outcome"] == "cancelled_queued" for r in llama_gw.access_log())
+    holders = [Companion(llama_gw), Companion(llama_gw)]
+    try:
+        for i in range(REPS):
+            path, body = _body("openai" if i % 2 == 0 else "anthropic", stream=bool(i % 3), max_tokens=50)
+            post_and_vanish(llama_gw.base + path, body, after_s=rng.uniform(0.05, 0.5))
+            wait_for(lambda: llama_gw.admin()["backends"]["llama"]["queued"] == 0, 1.0)
+            m = llama.metrics()
+            assert m.get("llamacpp:requests_deferred", 0) == 0, m
+            assert llama.processing() == 2
+    finally:
+        for h in holders:
+            h.close()
+    _stopped_within(llama, 1.0, running=0)
+    queued = sum(r["outcome"] == "cancelled_queued" for r in llama_gw.access_log()) - queued_before
+    assert queued == REPS
