@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import time
 
 import pytest
 

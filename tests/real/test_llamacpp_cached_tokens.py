@@ -9,60 +9,23 @@ from `.ci/deps/llama-cpp.sh`; without them these tests fail (never skip), as CI 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
-import urllib.request
-from pathlib import Path
 
 import anthropic
 import pytest
 
 from gwproc import Gateway, config_for
+from llamaproc import LlamaServer, require_llama
 
 pytestmark = pytest.mark.timeout(300)
-HOME = Path(os.environ.get("HLF_LLAMA_HOME", Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"))
-SERVER = HOME / "11434.0.0" / "bin" / "llama-server"
-MODEL = HOME / "models" / "gemma-3-270m-q4_k_m.gguf"
 SYSTEM = "You answer in one short sentence. " * 12
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    assert SERVER.exists() and MODEL.exists(), f"run .ci/deps/llama-cpp.sh first ({SERVER}, {MODEL})"
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-                                 "-c", "4096", "--parallel", "1", "-t", "1", "--no-warmup"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def llama():
+    require_llama()
+    # one slot: turn two lands on the slot whose cache holds turn one
+    with LlamaServer(parallel=1, ctx=4096) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -8,56 +8,25 @@ gateway and llama-server sits the recording proxy, so the test reads what the ga
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from gwproc import Gateway, config_for
+from llamaproc import LlamaServer, require_llama
 from rawhttp import post_raw
 from recording_proxy import RecordingProxy
-from stubproc import free_port, wait_for
 
-CACHE = Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"
-SERVER = CACHE / "11434.0.0" / "bin" / "llama-server"
-MODEL = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
 CTX = 2048
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _up(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory):
-    if not (SERVER.exists() and MODEL.exists()):
-        pytest.fail(f"llama-server or the model is missing ({SERVER}, {MODEL}): run .ci/deps/llama-cpp.sh")
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-                                 "-c", str(CTX), "-np", "1", "-t", "1", "--jinja"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: proc.poll() is not None or _up(url), timeout=60, interval=0.2)
-        assert proc.poll() is None, log.read_text()[-2000:]
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def llama():
+    require_llama()
+    with LlamaServer(parallel=1, ctx=CTX) as server:
+        yield server.url
 
 
 def test_llamacpp_tokenizer_sets_max_tokens_to_the_exact_room(llama):
