@@ -43,16 +43,22 @@ def test_plain_answers_are_streamed_upstream_and_assembled(gw, llama_stub):
     ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
     m = ant.messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "hi [stub content=3]"}])
     assert m.content[0].text == "Hello from the " and m.usage.output_tokens == 3
-    assert [req["body"].get("stream") for req in llama_stub.requests()[-2:]] == [True, True]
+    r = oai.responses.create(model=MODEL, input="hi [stub content=3]", store=False)
+    assert r.output_text == "Hello from the " and r.status == "completed" and r.usage.output_tokens == 3
+    assert [req["body"].get("stream") for req in llama_stub.requests()[-3:]] == [True, True, True]
 
 
-@pytest.mark.parametrize("path", ["/chat/completions", "/messages"])
+PROMPT = "[stub content=400 delay_ms=20]"
+PLAIN = {"/chat/completions": {"max_tokens": 500, "messages": [{"role": "user", "content": PROMPT}]},
+         "/messages": {"max_tokens": 500, "messages": [{"role": "user", "content": PROMPT}]},
+         "/responses": {"max_output_tokens": 500, "store": False, "input": PROMPT}}
+
+
+@pytest.mark.parametrize("path", list(PLAIN))
 def test_a_plain_request_whose_client_leaves_is_cancelled_upstream(gw, llama_stub, path):
     llama_stub.reset()
     before = llama_stub.log_text().count("cancelled")
-    post_and_vanish(gw.base + path, {"model": MODEL, "max_tokens": 500,
-                                     "messages": [{"role": "user", "content": "[stub content=400 delay_ms=20]"}]},
-                    after_s=0.4)
+    post_and_vanish(gw.base + path, {"model": MODEL, **PLAIN[path]}, after_s=0.4)
     gone = time.monotonic()
     wait_for(lambda: llama_stub.log_text().count("cancelled") == before + 1, 1.0)
     assert time.monotonic() - gone <= 1.0

@@ -29,7 +29,13 @@ LONG = "Write a very long story about a dragon."  # Gemma 270M at temperature 0:
 pytestmark = pytest.mark.timeout(600)
 
 
+DIALECTS = ("openai", "anthropic", "responses")
+
+
 def _body(dialect: str, *, stream: bool, max_tokens: int = 2000, prompt: str = LONG) -> tuple[str, dict]:
+    if dialect == "responses":
+        return "/responses", {"model": MODEL, "max_output_tokens": max_tokens, "temperature": 0, "stream": stream,
+                              "store": False, "input": prompt}
     body = {"model": MODEL, "max_tokens": max_tokens, "temperature": 0, "stream": stream,
             "messages": [{"role": "user", "content": prompt}]}
     return ("/chat/completions" if dialect == "openai" else "/messages"), body
@@ -94,7 +100,7 @@ def _run_phase(llama, gw, make_request, seed: int) -> list[float]:
         wait_for(llama.idle, timeout=30, interval=0.05)
         companion = Companion(gw)
         try:
-            make_request("openai" if i % 2 == 0 else "anthropic", rng)
+            make_request(DIALECTS[i % len(DIALECTS)], rng)
             try:
                 took.append(_stopped_within(llama, 1.0, running=1))
             except AssertionError as err:

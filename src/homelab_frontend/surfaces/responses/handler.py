@@ -23,8 +23,9 @@ from ... import canonical as c
 from ... import limits
 from ...chat import open_chat
 from ...errors import GatewayError, clean_message
+from ...affinity import session_key
 from ...exchange import Exchange
-from ...tracker import Tracked
+from ...tracker import GENERATING, Tracked
 from ...upstream_decode import Malformed, decode_completion
 from ..upstream_events import Midstream, stream_events
 from .errors import failure_code
@@ -101,6 +102,28 @@ def _count(t: Tracked, enc: ResponsesStreamEncoder) -> None:
         t.tokens_out = enc.output_tokens
 
 
+async def _whole_events(ex: Exchange, req: c.Request, t: Tracked) -> list[c.Event]:
+    """The canonical events of a whole answer. From a backend that cannot stop a plain generation
+    whose client left (config.Backend.streams_upstream: llama.cpp) the answer is read as a stream,
+    so that a client leaving closes it and llama.cpp stops at its next token."""
+    if ex.backend.cfg.streams_upstream:
+        upstream = await open_chat(ex, req, stream=True)
+        t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+        try:
+            return [ev async for events in stream_events(upstream, ex, None) for ev in events]
+        except Midstream as err:
+            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            raise GatewayError(kind, str(err)) from None
+    upstream = await open_chat(ex, req, stream=False)
+    raw = await ex.client.read_all(upstream)
+    ex.complete = True
+    try:
+        return decode_completion(raw)
+    except ValueError as err:  # Malformed, or an error body sent with 200
+        kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+        raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+
+
 async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
     state: State = gw.responses
     body = await gw.read_body(request)
@@ -126,18 +149,11 @@ async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         if parsed.store and not enc.failed:
             await _save(state, resp_id, Record(owner, enc.response(), conversation(history, parsed, enc.output)))
 
-    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+    session = session_key(request.headers, req) if route.wants_session else None
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         if not req.stream:
-            upstream = await open_chat(ex, req, stream=False)
-            raw = await ex.client.read_all(upstream)
-            ex.complete = True
-            try:
-                events = decode_completion(raw)
-            except ValueError as err:  # Malformed, or an error body sent with 200
-                kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
-                raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
-            for ev in events:
+            for ev in await _whole_events(ex, req, t):
                 enc.feed(ev)
             if enc.failed:
                 raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {enc.response()['error']['message']}")

@@ -91,6 +91,7 @@ class ParsedRequest(msgspec.Struct):
     extra: dict
     names: dict[str, tuple[str | None, str]]  # upstream tool name -> (namespace, name)
     echo: dict  # request fields the Response object repeats (tools, tool_choice, text, ...)
+    cache_key: str | None = None  # `prompt_cache_key`: session affinity only, never forwarded
 
     def canonical(self, history: list[c.Message]) -> c.Request:
         msgs = ([c.Message("system", [c.TextPart(self.instructions)])] if self.instructions else [])
@@ -108,6 +109,7 @@ class ParsedRequest(msgspec.Struct):
             reasoning_effort=self.reasoning_effort,
             reasoning_enabled=self.reasoning_enabled,
             extra=self.extra,
+            cache_key=self.cache_key,
         )
 
 
@@ -445,4 +447,5 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer) -> ParsedRequest:
         extra=extra,
         names=names,
         echo=echo,
+        cache_key=raw["prompt_cache_key"] if isinstance(raw.get("prompt_cache_key"), str) else None,
     )
