@@ -98,3 +98,26 @@ def test_affinity_off_is_least_loaded(stubs):
         run_policy(stubs, gw.url, spec, "least_loaded")
         _, text = gw.get("/metrics")
     assert not _metric(text, "hlf_affinity_requests_total")
+
+
+def test_responses_conversations_follow_their_prompt_cache_key(stubs):
+    """Codex sends `prompt_cache_key` (and `session-id`) with every Responses turn: a conversation's
+    turns go to that key's rendezvous backend, whichever replica takes them."""
+    from bench.affinity import MODEL
+    from rawhttp import post_raw
+
+    keys = [f"codex-conversation-{i}" for i in range(8)]
+    with Gateway(gateway_config([s.url for s in stubs], affinity=True, slots=SPEC.slots)) as gw:
+        for _turn in range(2):
+            for key in keys:
+                for s in stubs:
+                    s.handle.reset()
+                status, _, raw = post_raw(gw.base + "/responses", {"model": MODEL, "input": "hi", "store": False,
+                                                                   "prompt_cache_key": key})
+                assert status == 200, raw
+                got = [s.name for s in stubs if s.handle.requests()]
+                assert got == [affinity.rank("k:" + key, ["gpu0", "gpu1"])[0]], (key, got)
+                sent = [r["body"] for s in stubs for r in s.handle.requests()]
+                assert "prompt_cache_key" not in sent[0]  # routing only, never forwarded
+        log = [line for line in gw.access_log() if line["path"] == "/llm/v1/responses"]
+    assert len(log) == 16 and {line["affinity"] for line in log} == {"hit"}
