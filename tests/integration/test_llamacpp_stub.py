@@ -101,16 +101,21 @@ def test_context_length_from_meta_n_ctx(gw):
 
 
 def test_leak_check_reads_requests_processing(gw, llama_stub):
-    import threading
+    import socket
 
-    t = threading.Thread(target=post_raw, args=(gw.base + "/chat/completions", {
-        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "[stub content=150 delay_ms=20]"}]}))
-    t.start()
+    from rawhttp import _request_bytes
+
+    # a long stream, held open (and not read) until the check is done, then abandoned
+    addr, req = _request_bytes(gw.base + "/chat/completions", {
+        "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "[stub content=1000 delay_ms=20]"}]})
+    sock = socket.create_connection(addr, timeout=10)
     try:
-        wait_for(lambda: gw.admin()["backends"]["llama"]["upstream_running"] == 1, 3)
+        sock.sendall(req)
+        wait_for(lambda: gw.admin()["backends"]["llama"]["upstream_running"] == 1, 8)
         assert gw.admin()["backends"]["llama"]["slot_mismatch"] == 0
     finally:
-        t.join()
+        sock.close()
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 2)
 
 
 def test_requests_right_after_streams_never_meet_a_closed_connection(gw):
