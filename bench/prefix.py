@@ -89,8 +89,9 @@ def save_session(path: Path, meta: dict, requests: list[dict]) -> None:
             elif k in body:
                 body[k] = _ref(blobs, body[k])
         entry = {"path": r["path"], "headers": r.get("headers", {}), "conversation": r["conversation"], "body": body}
-        if r.get("response_id"):
-            entry["response_id"] = r["response_id"]
+        for k in ("response_id", "response_calls"):  # a Responses answer that later turns name
+            if r.get(k):
+                entry[k] = r[k]
         out.append(entry)
     path.write_text(json.dumps({**meta, "requests": out, "blobs": blobs}, indent=0, ensure_ascii=False) + "\n")
 
@@ -152,35 +153,55 @@ def _call(url: str, path: str, body: dict | None = None, headers: dict | None = 
         return err.code, err.read()
 
 
-def _response_id(raw: bytes) -> str | None:
-    """The `resp_...` id of a Responses answer, whole or streamed (`response.created` comes first)."""
+def responses_answer(raw: bytes) -> tuple[str | None, list[str]]:
+    """A Responses answer, whole or streamed (its `response.completed`): its id and the call_ids of
+    its function calls."""
     text = raw.decode("utf-8", "replace")
+    resp: dict = {}
     if text.lstrip().startswith("{"):
-        return json.loads(text).get("id")
-    for line in text.splitlines():
-        if line.startswith("data:"):
-            event = json.loads(line[5:])
-            if isinstance(event.get("response"), dict):
-                return event["response"].get("id")
-    return None
+        resp = json.loads(text)
+    else:
+        for line in text.splitlines():
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("type") == "response.completed":
+                    resp = event["response"]
+    calls = [item["call_id"] for item in resp.get("output", []) if item.get("type") == "function_call"]
+    return resp.get("id"), calls
+
+
+def _map_ids(body: dict, ids: dict[str, str]) -> dict:
+    """A chained Responses turn as this gateway must see it: its previous_response_id and the
+    call_ids its function_call_outputs answer are the ones this replay's answers carried."""
+    if not body.get("previous_response_id"):
+        return body
+    items = body.get("input")
+    if isinstance(items, list):
+        items = [{**i, "call_id": ids.get(i["call_id"], i["call_id"])} if isinstance(i, dict) and "call_id" in i else i
+                 for i in items]
+    return {**body, "previous_response_id": ids.get(body["previous_response_id"], body["previous_response_id"]),
+            "input": items}
 
 
 def replay(stack: Stack, requests: list[dict]) -> list[dict | None]:
     """Each client request through the gateway; -> the upstream body it became (None: refused).
 
-    A Responses turn that continues with `previous_response_id` names an id the recording gateway
-    made; it is mapped to the id this gateway gave the same turn."""
+    A Responses turn that continues with `previous_response_id` names the answer (and its tool
+    calls) the recording gateway made; they are mapped to the ones this gateway gave the same turn
+    (the agent stub answers a replayed turn as it answered the recorded one, with new ids)."""
     _call(stack.stub.url, "/stub/reset", {})
     out: list[dict | None] = []
     ids: dict[str, str] = {}
     for r in requests:
         headers = {**r.get("headers", {}), "x-api-key": "x"}
-        body = r["body"]
-        if body.get("previous_response_id"):
-            body = {**body, "previous_response_id": ids.get(body["previous_response_id"], body["previous_response_id"])}
-        status, raw = _call(stack.gateway.url, r["path"], body, headers)
+        status, raw = _call(stack.gateway.url, r["path"], _map_ids(r["body"], ids), headers)
         if status == 200 and r.get("response_id"):
-            ids[r["response_id"]] = _response_id(raw) or ""
+            new_id, new_calls = responses_answer(raw)
+            ids[r["response_id"]] = new_id or ""
+            if len(new_calls) != len(r.get("response_calls", [])):
+                raise RuntimeError(f"replayed {r['response_id']} made {len(new_calls)} tool calls, "
+                                   f"the recording {len(r.get('response_calls', []))}")
+            ids.update(zip(r.get("response_calls", []), new_calls))
         seen = json.loads(_call(stack.stub.url, "/stub/requests")[1])
         _call(stack.stub.url, "/stub/reset", {})
         if status != 200 or len(seen) != 1:
@@ -411,7 +432,7 @@ def analyze(requests: list[dict], upstream: list[dict | None]) -> dict:
 
 def run(paths: list[Path]) -> dict:
     wd = workdir()
-    stack = start_stack(wd)
+    stack = start_stack(wd, agent=True)  # answers as in the recording: chained turns build on them
     out = {}
     try:
         for path in paths:

@@ -243,7 +243,9 @@ def _responses_session(stack: Stack) -> list[dict]:
                 resp = s.get_final_response()
         else:
             resp = client.responses.create(**kw)
-        rec.requests[-1]["response_id"] = resp.id  # the turn a later previous_response_id names
+        # the answer a later previous_response_id names, and the calls its outputs answer
+        rec.requests[-1]["response_id"] = resp.id
+        rec.requests[-1]["response_calls"] = [i.call_id for i in resp.output if i.type == "function_call"]
         return resp
 
     def outputs_of(resp) -> list[dict]:
