@@ -463,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", default=str(SESSIONS / "*.json"), help="glob of session files")
     ap.add_argument("--record", action="store_true", help="re-record the sessions first (bench/prefix_record.py)")
     ap.add_argument("--only", action="append", default=None, metavar="NAME",
-                    help="with --record: only these recordings (claude-code, anthropic-sdk, openai-sdk, "
-                         "openai-responses, codex); repeatable")
+                    help="with --record: only these recordings (claude-code or claude-code-VERSION, anthropic-sdk, "
+                         "openai-sdk, openai-responses, codex); repeatable")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.record:

@@ -345,8 +345,8 @@ def record_all(only: tuple[str, ...] = RECORDINGS) -> None:
     meta = {"recorded_with": "python -m bench.prefix --record"}
     try:
         SESSIONS.mkdir(exist_ok=True)
-        if "claude-code" in only:
-            for pinned in claude_versions():
+        for pinned in claude_versions():
+            if "claude-code" in only or f"claude-code-{pinned}" in only:
                 version, cc = _claude_code_session(stack, pinned)
                 save_session(SESSIONS / f"claude-code-{version}.json", {"client": f"Claude Code {version}", **meta}, cc)
                 version, cc = _claude_code_session(stack, pinned, {"CLAUDE_CODE_TOTAL_TOKENS_REMINDER": "countdown"})
