@@ -3,7 +3,8 @@
 An inference server reuses the KV cache of a prompt prefix only when the next prompt starts with
 the same tokens. For an agent session that means: turn k+1's rendered prompt must begin with all
 of turn k's. This replays recorded client sessions (bench/sessions/*.json: what Claude Code, the
-Anthropic SDK and the OpenAI SDK sent, with tool calls and mid-conversation system content)
+Anthropic SDK, the OpenAI SDK (chat completions and Responses) and Codex CLI sent, with tool calls
+and mid-conversation system content)
 through a real gateway to a stub that records the upstream requests, renders each upstream request
 with real chat templates (bench/templates/, rendered as vLLM does: bench/chat_render.py), and
 reports per template and per client:
@@ -22,7 +23,7 @@ Where a template moves the system prompt (or the tool list) into the last user t
 translation can make it append-only: such breaks are reported as the template's.
 
     python -m bench.prefix [--json] [--sessions GLOB]
-    python -m bench.prefix --record     # re-record the sessions (Claude Code from .cache/claude-code)
+    python -m bench.prefix --record [--only NAME]  # re-record (Claude Code, Codex from .cache/)
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ KEPT_HEADERS = ("x-claude-code-session-id", "session-id", "anthropic-beta", "ant
 # request; a file stores each distinct value once ("blobs", by hash) and requests point at them.
 
 
+BLOB_KEYS = ("system", "tools", "messages", "input", "instructions")
+
+
 def _ref(blobs: dict, value: Any) -> Any:
     raw = json.dumps(value, sort_keys=True, ensure_ascii=False)
     if len(raw) < 512:
@@ -79,13 +83,16 @@ def save_session(path: Path, meta: dict, requests: list[dict]) -> None:
     out = []
     for r in requests:
         body = dict(r["body"])
-        for k in ("system", "tools", "messages"):  # each block, tool and message once
+        for k in BLOB_KEYS:  # each block, tool, message and input item once
             if isinstance(body.get(k), list):
                 body[k] = [_ref(blobs, v) for v in body[k]]
             elif k in body:
                 body[k] = _ref(blobs, body[k])
-        out.append({"path": r["path"], "headers": r.get("headers", {}), "conversation": r["conversation"],
-                    "body": body})
+        entry = {"path": r["path"], "headers": r.get("headers", {}), "conversation": r["conversation"], "body": body}
+        for k in ("response_id", "response_calls"):  # a Responses answer that later turns name
+            if r.get(k):
+                entry[k] = r[k]
+        out.append(entry)
     path.write_text(json.dumps({**meta, "requests": out, "blobs": blobs}, indent=0, ensure_ascii=False) + "\n")
 
 
@@ -94,7 +101,7 @@ def load_session(path: Path) -> dict:
     blobs = doc.pop("blobs", {})
     for r in doc["requests"]:
         body = r["body"]
-        for k in ("system", "tools", "messages"):
+        for k in BLOB_KEYS:
             if isinstance(body.get(k), list):
                 body[k] = [_deref(blobs, v) for v in body[k]]
             elif k in body:
@@ -124,6 +131,8 @@ def start_stack(wd: str, agent: bool = False) -> Stack:
         "models": {"reasoning": {"backend": "gpu0", "upstream_model": UPSTREAM}, SMALL: {"backend": "gpu0"}},
         "aliases": {"claude-*haiku*": SMALL, "claude-*": "reasoning"},
         "anthropic": {"signing_key_env": "HLF_BENCH_SIGNING_KEY"},
+        # stored Responses (previous_response_id) in this run's own directory, not the user's
+        "responses": {"store": {"path": os.path.join(wd, "responses.sqlite3")}},
     }
     path = os.path.join(wd, "gateway.yaml")
     with open(path, "w") as f:
@@ -144,13 +153,55 @@ def _call(url: str, path: str, body: dict | None = None, headers: dict | None = 
         return err.code, err.read()
 
 
+def responses_answer(raw: bytes) -> tuple[str | None, list[str]]:
+    """A Responses answer, whole or streamed (its `response.completed`): its id and the call_ids of
+    its function calls."""
+    text = raw.decode("utf-8", "replace")
+    resp: dict = {}
+    if text.lstrip().startswith("{"):
+        resp = json.loads(text)
+    else:
+        for line in text.splitlines():
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                if event.get("type") == "response.completed":
+                    resp = event["response"]
+    calls = [item["call_id"] for item in resp.get("output", []) if item.get("type") == "function_call"]
+    return resp.get("id"), calls
+
+
+def _map_ids(body: dict, ids: dict[str, str]) -> dict:
+    """A chained Responses turn as this gateway must see it: its previous_response_id and the
+    call_ids its function_call_outputs answer are the ones this replay's answers carried."""
+    if not body.get("previous_response_id"):
+        return body
+    items = body.get("input")
+    if isinstance(items, list):
+        items = [{**i, "call_id": ids.get(i["call_id"], i["call_id"])} if isinstance(i, dict) and "call_id" in i else i
+                 for i in items]
+    return {**body, "previous_response_id": ids.get(body["previous_response_id"], body["previous_response_id"]),
+            "input": items}
+
+
 def replay(stack: Stack, requests: list[dict]) -> list[dict | None]:
-    """Each client request through the gateway; -> the upstream body it became (None: refused)."""
+    """Each client request through the gateway; -> the upstream body it became (None: refused).
+
+    A Responses turn that continues with `previous_response_id` names the answer (and its tool
+    calls) the recording gateway made; they are mapped to the ones this gateway gave the same turn
+    (the agent stub answers a replayed turn as it answered the recorded one, with new ids)."""
     _call(stack.stub.url, "/stub/reset", {})
     out: list[dict | None] = []
+    ids: dict[str, str] = {}
     for r in requests:
         headers = {**r.get("headers", {}), "x-api-key": "x"}
-        status, raw = _call(stack.gateway.url, r["path"], r["body"], headers)
+        status, raw = _call(stack.gateway.url, r["path"], _map_ids(r["body"], ids), headers)
+        if status == 200 and r.get("response_id"):
+            new_id, new_calls = responses_answer(raw)
+            ids[r["response_id"]] = new_id or ""
+            if len(new_calls) != len(r.get("response_calls", [])):
+                raise RuntimeError(f"replayed {r['response_id']} made {len(new_calls)} tool calls, "
+                                   f"the recording {len(r.get('response_calls', []))}")
+            ids.update(zip(r.get("response_calls", []), new_calls))
         seen = json.loads(_call(stack.stub.url, "/stub/requests")[1])
         _call(stack.stub.url, "/stub/reset", {})
         if status != 200 or len(seen) != 1:
@@ -183,9 +234,27 @@ BILLING = "x-anthropic-billing-header"
 COUNTER = re.compile(r"<total_tokens>[^<>]{0,64}</total_tokens>")
 
 
+def _input_texts(items: Any) -> list[str]:
+    """A Responses `input`: messages' text parts, tool outputs, the names of the calls."""
+    if isinstance(items, str):
+        return [items]
+    texts: list[str] = []
+    for item in items or []:
+        kind = item.get("type", "message")
+        if kind == "message":
+            texts += _strings(item.get("content"))
+        elif kind == "function_call":
+            texts.append(item.get("name", ""))
+        elif kind == "function_call_output":
+            texts += _strings(item.get("output"))
+    return texts
+
+
 def client_texts(r: dict) -> list[str]:
     body = r["body"]
     texts = _strings(body.get("system")) if "system" in body else []
+    if "input" in body or "instructions" in body:
+        texts += _strings(body.get("instructions")) + _input_texts(body.get("input"))
     for m in body.get("messages", []):
         texts += _strings(m.get("content"))
         for call in m.get("tool_calls") or []:
@@ -248,8 +317,16 @@ def client_extends(prev: dict, cur: dict) -> bool:
     Code rewrote a line of its own system prompt between two `claude -p --continue` runs), a break
     is the client's, whatever the gateway does."""
     a, b = _plain(prev["body"]), _plain(cur["body"])
-    if a.get("system") != b.get("system") or a.get("tools") != b.get("tools"):
+    if any(a.get(k) != b.get(k) for k in ("system", "tools", "instructions")):
         return False
+    if "input" in b:
+        # Responses: either chained to prev's answer (previous_response_id, only the new input
+        # sent) or, stateless (store: false, as Codex runs), all of prev's input re-sent first
+        if b.get("previous_response_id"):
+            return b["previous_response_id"] == prev.get("response_id")
+        ma, mb = a.get("input", []), b.get("input", [])
+        ma, mb = ([{"role": "user", "content": x}] if isinstance(x, str) else x for x in (ma, mb))
+        return len(ma) <= len(mb) and mb[: len(ma)] == ma
     ma, mb = a.get("messages", []), b.get("messages", [])
     return len(ma) <= len(mb) and mb[: len(ma)] == ma
 
@@ -355,7 +432,7 @@ def analyze(requests: list[dict], upstream: list[dict | None]) -> dict:
 
 def run(paths: list[Path]) -> dict:
     wd = workdir()
-    stack = start_stack(wd)
+    stack = start_stack(wd, agent=True)  # answers as in the recording: chained turns build on them
     out = {}
     try:
         for path in paths:
@@ -385,12 +462,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.prefix", description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", default=str(SESSIONS / "*.json"), help="glob of session files")
     ap.add_argument("--record", action="store_true", help="re-record the sessions first (bench/prefix_record.py)")
+    ap.add_argument("--only", action="append", default=None, metavar="NAME",
+                    help="with --record: only these recordings (claude-code or claude-code-VERSION, anthropic-sdk, "
+                         "openai-sdk, openai-responses, codex); repeatable")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.record:
         from .prefix_record import record_all
 
-        record_all()
+        record_all(tuple(args.only)) if args.only else record_all()
     paths = sorted(Path(p) for p in glob.glob(args.sessions))
     if not paths:
         print(f"no session files match {args.sessions}", file=sys.stderr)

@@ -1,6 +1,8 @@
-"""Prompts stay cacheable: the recorded client sessions (bench/sessions: Claude Code, Anthropic SDK,
-OpenAI SDK; tool calls, thinking sent back, system entries mid-conversation) replayed through a
-real gateway to the stub, each upstream request rendered with real chat templates (bench.prefix).
+"""Prompts stay cacheable: the recorded client sessions (bench/sessions: Claude Code 2.1.197 and
+2.1.332, Anthropic SDK, OpenAI SDK chat completions and Responses, Codex CLI; tool calls, thinking
+and sealed reasoning sent back, system and developer entries mid-conversation, Responses turns
+chained by previous_response_id and stateless ones re-sending their input) replayed through a
+real gateway to the agent stub, each upstream request rendered with real chat templates (bench.prefix).
 Turn k+1's prompt must start with all of turn k's, wherever the client itself kept its
 conversation append-only; and nothing the client said may be lost on the way."""
 
@@ -16,11 +18,18 @@ from bench.chat_render import TEMPLATES, TemplateRefused, render
 pytestmark = pytest.mark.timeout(300)
 SESSIONS = sorted(prefix.SESSIONS.glob("*.json"))
 APPEND_ONLY_TEMPLATES = ("qwen2.5", "llama-3.1")
+EXPECTED = {"claude-code-2.1.197", "claude-code-2.1.197-countdown", "claude-code-2.1.332",
+            "claude-code-2.1.332-countdown", "anthropic-sdk", "openai-sdk", "openai-responses", "codex"}
+# Known, ours: Codex sends its <environment_context> and the prompt as two user items in a row,
+# forwarded as two user messages, which Gemma 3's and Mistral's templates refuse ("roles must
+# alternate"). Joining a user message into the user message before it (system_turns.place) makes
+# these the templates' own refusals (tool role, 9-character ids); see README "Prompt prefix stability".
+CONSECUTIVE_USERS = {("codex", "gemma-3"), ("codex", "mistral-nemo")}
 
 
 @pytest.fixture(scope="module")
 def results():
-    assert {p.stem for p in SESSIONS} >= {"claude-code", "claude-code-countdown", "anthropic-sdk", "openai-sdk"}, SESSIONS
+    assert {p.stem for p in SESSIONS} >= EXPECTED, SESSIONS
     return prefix.run(SESSIONS)
 
 
@@ -47,10 +56,10 @@ def test_prompts_are_append_only_turn_after_turn(results, template):
 
 def test_only_claude_codes_own_edit_is_excused(results):
     """The one pair the client changed itself: Claude Code 2.1.197 rewrote a line of its system
-    prompt (the model's name) between `claude -p` and `claude -p --continue`."""
+    prompt (the model's name) between `claude -p` and `claude -p --continue`; 2.1.332 no longer does."""
     for name, res in results.items():
         edits = res["templates"]["qwen2.5"]["pairs_changed_by_client"]
-        assert edits == (1 if name.startswith("claude-code") else 0), (name, edits)
+        assert edits == (1 if name.startswith("claude-code-2.1.197") else 0), (name, edits)
 
 
 def test_claude_codes_token_counter_does_not_rewrite_the_prompt(results):
@@ -59,17 +68,53 @@ def test_claude_codes_token_counter_does_not_rewrite_the_prompt(results):
     message first, so each new counter rewrote the beginning of the prompt (prefix share 0.003
     before the gateway dropped the counters); now every pair differs at most in the generation
     prompt."""
-    s = results["claude-code-countdown"]["templates"]["deepseek-r1-distill-qwen"]
-    assert s["pairs"] >= 4 and s["pairs_history_stable"] == s["pairs"], s
+    for name in ("claude-code-2.1.197-countdown", "claude-code-2.1.332-countdown"):
+        s = results[name]["templates"]["deepseek-r1-distill-qwen"]
+        assert s["pairs"] >= 4 and s["pairs_history_stable"] == s["pairs"], (name, s)
 
 
 def test_every_template_that_can_render_the_conversation_is_append_only(results):
     for name, res in results.items():
         for template, s in res["templates"].items():
-            assert s["refused_ours"] == 0, (name, template, s)
+            if (name, template) not in CONSECUTIVE_USERS:
+                assert s["refused_ours"] == 0, (name, template, s)
             if s["pairs"]:
                 assert s["pairs_history_stable"] == s["pairs"], (name, template, s)
             assert s["requests_losing_text_in_template"] == 0, (name, template, s)
+
+
+def test_the_responses_sessions_are_what_they_claim():
+    """Chained turns (previous_response_id, only the new input: tool outputs, a developer turn)
+    and stateless ones (store: false, the input re-sent with sealed reasoning), as Codex runs."""
+    doc = prefix.load_session(prefix.SESSIONS / "openai-responses.json")
+    bodies = [r["body"] for r in doc["requests"]]
+    chained = [b for b in bodies if b.get("previous_response_id")]
+    stateless = [b for b in bodies if b.get("store") is False]
+    assert len(chained) >= 8 and len(stateless) >= 6, len(bodies)
+    assert any(i.get("type") == "function_call_output" for b in chained for i in b["input"])
+    assert any(i.get("role") == "developer" for b in chained + stateless for i in b["input"])
+    assert all(b.get("instructions") for b in bodies)
+    sealed = [i for b in stateless for i in b["input"] if i.get("type") == "reasoning"]
+    assert sealed and all(i.get("encrypted_content") for i in sealed)
+    codex = prefix.load_session(prefix.SESSIONS / "codex.json")
+    assert codex["client"].startswith("Codex CLI") and len(codex["requests"]) >= 6
+    assert all(r["body"].get("store") is False for r in codex["requests"])
+
+
+def test_codex_consecutive_user_messages_are_the_one_refusal_of_ours(results):
+    """The known gap, held precisely: it is these two templates on the Codex session only, every
+    refusal there says "alternate" (the template would refuse the tool turns anyway: Gemma 3's
+    missing tool role, Mistral's 9-character ids, once the user turns are joined)."""
+    for name, template in CONSECUTIVE_USERS:
+        s = results[name]["templates"][template]
+        assert s["refused_ours"] >= 1, s
+        assert s["refusals"] and all("alternate" in reason for reason in s["refusals"]), s
+
+
+@pytest.mark.xfail(strict=True, reason="consecutive user messages are forwarded unjoined (README: Prompt prefix stability)")
+def test_codex_renders_wherever_the_template_allows(results):
+    for name, template in CONSECUTIVE_USERS:
+        assert results[name]["templates"][template]["refused_ours"] == 0, (name, template)
 
 
 # -- the measurement itself can fail -----------------------------------------------------------------
@@ -93,6 +138,21 @@ def test_a_prefix_break_is_measured():
     # and a dropped client text is noticed
     res = prefix.analyze(requests, [{"messages": [user1]}, {"messages": [user1]}])
     assert res["client_text_lost_in_gateway"] >= 2  # "S" and "yo"/"more"
+
+
+def test_a_responses_turn_extends_only_the_answer_it_names():
+    base = {"instructions": "I", "tools": []}
+    first = {"conversation": "c", "response_id": "resp_1", "body": {**base, "input": "hi"}}
+    assert prefix.client_extends(first, {"conversation": "c", "body": {**base, "previous_response_id": "resp_1", "input": []}})
+    assert not prefix.client_extends(first, {"conversation": "c", "body": {**base, "previous_response_id": "resp_0", "input": []}})
+    assert not prefix.client_extends(first, {"conversation": "c", "body": {**base, "instructions": "J", "previous_response_id": "resp_1"}})
+    resent = {"conversation": "c", "body": {**base, "input": [{"role": "user", "content": "hi"}, {"role": "user", "content": "more"}]}}
+    assert prefix.client_extends(first, resent)
+    assert not prefix.client_extends(resent, {"conversation": "c", "body": {**base, "input": [{"role": "user", "content": "more"}]}})
+    # a replayed chained turn names the replay's own answer and tool calls
+    body = {"previous_response_id": "resp_1", "input": [{"type": "function_call_output", "call_id": "call_a", "output": "x"}]}
+    mapped = prefix._map_ids(body, {"resp_1": "resp_9", "call_a": "call_z"})
+    assert mapped["previous_response_id"] == "resp_9" and mapped["input"][0]["call_id"] == "call_z"
 
 
 def test_templates_render_as_their_models_expect():
