@@ -26,6 +26,10 @@ never changes when later turns are added:
     later user message continues. Between an assistant's tool calls and their results (tool
     messages must follow the calls; the Anthropic surface already moves such a turn to after the
     results) it goes first in the first tool message: the one case decided by what follows.
+  - a user message right after another user message is joined into it (blank line between):
+    Codex sends its `<environment_context>` and the prompt as two user items in a row, which
+    Gemma 3's and Mistral's templates refuse ("roles must alternate"). This too depends only on
+    the message before it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ def _join(content, text: str, *, first: bool):
     if not content:
         return text
     return text + "\n\n" + content if first else content + "\n\n" + text
+
+
+def _parts(content) -> list:
+    if isinstance(content, list):
+        return list(content)
+    return [{"type": "text", "text": content}] if content else []
+
+
+def _concat(a, b):
+    """Two user messages' contents as one: strings joined by a blank line, else their parts."""
+    if (a is None or isinstance(a, str)) and (b is None or isinstance(b, str)):
+        return "\n\n".join(x for x in (a, b) if x)
+    return _parts(a) + _parts(b)
 
 
 def _leading(messages: list[dict]) -> tuple[list[dict], int]:
@@ -93,6 +110,11 @@ def place(messages: list[dict], mode: SystemTurns = "merge") -> list[dict]:
             else:
                 out.append({"role": "user", "content": "\n\n".join(pending)})
             pending = []
+        if role == "user" and len(out) > body_start and out[-1]["role"] == "user":
+            last = dict(out[-1])
+            last["content"] = _concat(last.get("content"), m.get("content"))
+            out[-1] = last
+            continue
         out.append(m)
     if pending:
         out.append({"role": "user", "content": "\n\n".join(pending)})

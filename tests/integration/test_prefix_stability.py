@@ -20,11 +20,6 @@ SESSIONS = sorted(prefix.SESSIONS.glob("*.json"))
 APPEND_ONLY_TEMPLATES = ("qwen2.5", "llama-3.1")
 EXPECTED = {"claude-code-2.1.197", "claude-code-2.1.197-countdown", "claude-code-2.1.332",
             "claude-code-2.1.332-countdown", "anthropic-sdk", "openai-sdk", "openai-responses", "codex"}
-# Known, ours: Codex sends its <environment_context> and the prompt as two user items in a row,
-# forwarded as two user messages, which Gemma 3's and Mistral's templates refuse ("roles must
-# alternate"). Joining a user message into the user message before it (system_turns.place) makes
-# these the templates' own refusals (tool role, 9-character ids); see README "Prompt prefix stability".
-CONSECUTIVE_USERS = {("codex", "gemma-3"), ("codex", "mistral-nemo")}
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +71,7 @@ def test_claude_codes_token_counter_does_not_rewrite_the_prompt(results):
 def test_every_template_that_can_render_the_conversation_is_append_only(results):
     for name, res in results.items():
         for template, s in res["templates"].items():
-            if (name, template) not in CONSECUTIVE_USERS:
-                assert s["refused_ours"] == 0, (name, template, s)
+            assert s["refused_ours"] == 0, (name, template, s)
             if s["pairs"]:
                 assert s["pairs_history_stable"] == s["pairs"], (name, template, s)
             assert s["requests_losing_text_in_template"] == 0, (name, template, s)
@@ -99,22 +93,6 @@ def test_the_responses_sessions_are_what_they_claim():
     codex = prefix.load_session(prefix.SESSIONS / "codex.json")
     assert codex["client"].startswith("Codex CLI") and len(codex["requests"]) >= 6
     assert all(r["body"].get("store") is False for r in codex["requests"])
-
-
-def test_codex_consecutive_user_messages_are_the_one_refusal_of_ours(results):
-    """The known gap, held precisely: it is these two templates on the Codex session only, every
-    refusal there says "alternate" (the template would refuse the tool turns anyway: Gemma 3's
-    missing tool role, Mistral's 9-character ids, once the user turns are joined)."""
-    for name, template in CONSECUTIVE_USERS:
-        s = results[name]["templates"][template]
-        assert s["refused_ours"] >= 1, s
-        assert s["refusals"] and all("alternate" in reason for reason in s["refusals"]), s
-
-
-@pytest.mark.xfail(strict=True, reason="consecutive user messages are forwarded unjoined (README: Prompt prefix stability)")
-def test_codex_renders_wherever_the_template_allows(results):
-    for name, template in CONSECUTIVE_USERS:
-        assert results[name]["templates"][template]["refused_ours"] == 0, (name, template)
 
 
 # -- the measurement itself can fail -----------------------------------------------------------------

@@ -77,3 +77,19 @@ def test_merged_no_system_after_other_and_history_never_rerendered(roles, cut):
     text = _render(placed)
     positions = [text.find(m["content"]) for m in full]
     assert all(p >= 0 for p in positions) and positions == sorted(positions)
+
+
+def test_consecutive_user_messages_are_joined_so_every_template_sees_roles_alternate():
+    # Codex: its <environment_context>, then the prompt, as two user items in a row
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "<environment_context>"},
+            {"role": "user", "content": "do it"}, {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]},
+            {"role": "user", "content": "and this"}]
+    assert place(msgs) == [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "<environment_context>\n\ndo it"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}},
+                                     {"type": "text", "text": "and this"}]},
+    ]
+    assert place(msgs, "native") == msgs  # native: the template's own business
