@@ -41,7 +41,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from . import server
+    from .app import server
 
     cfg = _load(args.config)
     if cfg is None:
@@ -52,7 +52,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from . import demo
+    from .app import demo
 
     return demo.run(args)
 

@@ -51,7 +51,7 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     api_key_env: str | None = None
     # What the upstream software is: decides which wire extras it understands (vLLM's
     # stop_reason and continuous usage stats) and what the gateway must do itself. Left out:
-    # detected from the backend's /v1/models (backend_kind.py); vllm until the first probe.
+    # detected from the backend's /v1/models (upstream/backend_kind.py); vllm until the first probe.
     kind: BackendKind | None = None
     max_model_len: int | None = None  # default: read from the backend's /v1/models
     queue: Queue = msgspec.field(default_factory=Queue)
@@ -79,10 +79,10 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     max_model_len: int | None = None
     # System turns after the first non-system message: merged into the neighbouring user/tool
     # message (every chat template accepts that), or sent as they are (templates that render
-    # them in place, e.g. Qwen2.5, Llama 3.1). See system_turns.py.
+    # them in place, e.g. Qwen2.5, Llama 3.1). See upstream/system_turns.py.
     system_turns: Literal["merge", "native"] = "merge"
     # Several backends: keep a conversation's turns on one of them, for its prefix cache
-    # (affinity.py); a turn waits at most this much longer there than on the least-loaded one.
+    # (policy/affinity.py); a turn waits at most this much longer there than on the least-loaded one.
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
 

@@ -7,11 +7,11 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from homelab_frontend import affinity
+from homelab_frontend.policy import affinity
 from homelab_frontend import canonical as c
 from homelab_frontend import config as cfgmod
-from homelab_frontend.routing import BackendState, Route
-from homelab_frontend.slots import SlotPool
+from homelab_frontend.policy.routing import BackendState, Route
+from homelab_frontend.admission.slots import SlotPool
 
 
 def _req(*messages: c.Message, cache_key: str | None = None) -> c.Request:

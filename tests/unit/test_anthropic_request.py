@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.anthropic.request import parse_request
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.signature import ThinkingSigner
 
 SIGNER = ThinkingSigner(b"unit-test-secret")
 OTHER_SIGNER = ThinkingSigner(b"someone-else")

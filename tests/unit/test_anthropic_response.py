@@ -15,8 +15,12 @@ from hypothesis import strategies as st
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.anthropic.request import parse_request
-from homelab_frontend.surfaces.anthropic.response import MessageAssembler, new_message_id, new_tool_use_id
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.anthropic.response import (
+    MessageAssembler,
+    new_message_id,
+    new_tool_use_id,
+)
+from homelab_frontend.surfaces.signature import ThinkingSigner
 
 SIGNER = ThinkingSigner(b"unit-test-secret")
 FORBIDDEN = re.compile(rb'"(choices|finish_reason|object)"')

@@ -29,10 +29,10 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
-from homelab_frontend.surfaces.anthropic.sse_grammar import assemble, check_stream, parse_frames
+from homelab_frontend.surfaces.signature import ThinkingSigner
+from support.anthropic_sse_grammar import assemble, check_stream, parse_frames
 from homelab_frontend.surfaces.anthropic.stream import AnthropicStreamEncoder
-from homelab_frontend.upstream_decode import ChunkDecoder
+from homelab_frontend.upstream.decode import ChunkDecoder
 
 SIGNER = ThinkingSigner(b"test-secret")
 MODEL = "reasoning"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.surfaces.anthropic.request import parse_request as parse_anthropic
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
-from homelab_frontend.surfaces.openai_request import parse_request as parse_openai
-from homelab_frontend.upstream_request import build_body
+from homelab_frontend.surfaces.signature import ThinkingSigner
+from homelab_frontend.surfaces.openai.request import parse_request as parse_openai
+from homelab_frontend.upstream.chat_body import build_body
 
 SIGNER = ThinkingSigner(b"append-only")
 BACKEND = cfgmod.Backend(url="http://127.0.0.1:1/v1")

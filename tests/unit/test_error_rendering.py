@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.surfaces import openai_errors
+from homelab_frontend.surfaces.openai import errors as openai_errors
 from homelab_frontend.surfaces.anthropic import errors as anthropic_errors
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from homelab_frontend import canonical as c
 from homelab_frontend.surfaces.anthropic import stream as s
 from homelab_frontend.surfaces.anthropic.response import new_message_id, new_tool_use_id
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.signature import ThinkingSigner
 
 _encode = msgspec.json.Encoder().encode
 _KINDS = {s.TEXT: s._TextDelta, s.THINKING: s._ThinkingDelta, s.TOOL: s._InputJsonDelta}

@@ -8,7 +8,7 @@ import pytest
 
 from homelab_frontend.config import Limits
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.limits import check_json
+from homelab_frontend.policy.limits import check_json
 
 L = Limits(max_json_depth=5, max_messages=3, max_tools=2)
 

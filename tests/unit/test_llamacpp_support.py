@@ -10,12 +10,12 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from homelab_frontend import backend_kind
-from homelab_frontend.chat import context_refusal
+from homelab_frontend.upstream import backend_kind
+from homelab_frontend.request.context_clamp import context_refusal
 from homelab_frontend.config import Backend, parse
 from homelab_frontend.ops.health import context_lengths
-from homelab_frontend.surfaces.openai_assemble import CompletionAssembler
-from homelab_frontend.upstream import _stale
+from homelab_frontend.surfaces.openai.assemble import CompletionAssembler
+from homelab_frontend.upstream.client import _stale
 
 # what the real llama-server 11434.0.0 answers on GET /v1/models (trimmed)
 LLAMA_MODELS = {

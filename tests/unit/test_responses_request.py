@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from homelab_frontend import canonical as c
 from homelab_frontend.config import Backend
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.surfaces.responses.request import parse_request
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
-from homelab_frontend.upstream_request import build_body
+from homelab_frontend.upstream.chat_body import build_body
 
 SEALER = ReasoningSealer(ThinkingSigner(b"k"))
 

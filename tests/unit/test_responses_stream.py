@@ -21,13 +21,13 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.surfaces.responses.request import parse_request
 from homelab_frontend.surfaces.responses.response import base_response
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
-from homelab_frontend.surfaces.responses.sse_grammar import check_stream, parse_frames
+from support.responses_sse_grammar import check_stream, parse_frames
 from homelab_frontend.surfaces.responses.stream import ResponsesStreamEncoder
-from homelab_frontend.upstream_decode import ChunkDecoder
+from homelab_frontend.upstream.decode import ChunkDecoder
 from tests.unit.test_anthropic_stream import TOOL_JSON, upstream_streams
 
 MODEL = "reasoning"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.slots import SlotPool
+from homelab_frontend.admission.slots import SlotPool
 
 
 def run(coro):

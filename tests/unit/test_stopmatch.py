@@ -16,7 +16,7 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.stopmatch import StopMatcher
+from homelab_frontend.upstream.stopmatch import StopMatcher
 
 
 def examples(n: int) -> int:

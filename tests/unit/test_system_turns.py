@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from homelab_frontend.system_turns import place, wrap
+from homelab_frontend.upstream.system_turns import place, wrap
 
 
 def test_leading_system_messages_are_joined_and_later_ones_merged_into_the_message_before():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from homelab_frontend.surfaces.anthropic.request import parse_request
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
+from homelab_frontend.surfaces.signature import ThinkingSigner
 
 SIGNER = ThinkingSigner(b"counter")
 PROMPT = "\nYou are an interactive agent.\n\nGive a recommendation, not an exhaustive survey"

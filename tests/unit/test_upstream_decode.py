@@ -13,7 +13,7 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.upstream_decode import ChunkDecoder, decode_completion
+from homelab_frontend.upstream.decode import ChunkDecoder, decode_completion
 
 
 def feed_all(payloads: list[bytes]) -> tuple[ChunkDecoder, list]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 
 from homelab_frontend import canonical as c
-from homelab_frontend.chat import context_refusal
+from homelab_frontend.request.context_clamp import context_refusal
 from homelab_frontend.config import Backend
-from homelab_frontend.upstream_request import build_body
+from homelab_frontend.upstream.chat_body import build_body
 
 VLLM = Backend(url="http://h/v1", kind="vllm")
 OLLAMA = Backend(url="http://h/v1", kind="ollama")

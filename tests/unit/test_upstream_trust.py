@@ -16,13 +16,19 @@ from hypothesis import strategies as st
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.retry_after import MAX_S, retry_after_seconds
-from homelab_frontend.surfaces import openai_errors
+from homelab_frontend.upstream.retry_after import MAX_S, retry_after_seconds
+from homelab_frontend.surfaces.openai import errors as openai_errors
 from homelab_frontend.surfaces.anthropic import errors as anthropic_errors
 from homelab_frontend.surfaces.model_rewrite import ModelRewriter
-from homelab_frontend.upstream_decode import (ChunkMalformed, ErrorBody, Malformed, decode_chunk, validate_completion,
-                                              validate_embeddings)
-from homelab_frontend.upstream_read import UpstreamTooLarge, sse_payloads
+from homelab_frontend.upstream.decode import (
+    ChunkMalformed,
+    ErrorBody,
+    Malformed,
+    decode_chunk,
+    validate_completion,
+    validate_embeddings,
+)
+from homelab_frontend.upstream.read import UpstreamTooLarge, sse_payloads
 
 # -- Retry-After --------------------------------------------------------------------------------
 

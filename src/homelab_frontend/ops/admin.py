@@ -7,7 +7,7 @@ from aiohttp import web
 
 
 def _gw(request: web.Request):
-    from ..server import GATEWAY
+    from ..app.server import GATEWAY
 
     return request.app[GATEWAY]
 

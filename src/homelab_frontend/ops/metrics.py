@@ -37,7 +37,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from ..config import resolve_alias
-from ..tracker import Tracked
+from ..request.tracker import Tracked
 
 RECENT = 100  # finished requests kept for the dashboard
 HISTORY = 180  # one-second throughput samples kept (3 minutes)
@@ -400,7 +400,7 @@ class _LiveCollector:
 
 
 def _gw(request: web.Request):
-    from ..server import GATEWAY
+    from ..app.server import GATEWAY
 
     return request.app[GATEWAY]
 
@@ -437,6 +437,6 @@ def add_routes(app: web.Application) -> None:
 
 
 def _gw_of(app: web.Application):
-    from ..server import GATEWAY
+    from ..app.server import GATEWAY
 
     return app[GATEWAY]

@@ -9,10 +9,10 @@ from typing import AsyncIterator, Callable
 import aiohttp
 
 from .. import canonical as c
-from ..exchange import Exchange
-from ..stopmatch import StopMatcher
-from ..upstream_decode import ChunkDecoder
-from ..upstream_read import UpstreamTooLarge
+from ..request.exchange import Exchange
+from ..upstream.stopmatch import StopMatcher
+from ..upstream.decode import ChunkDecoder
+from ..upstream.read import UpstreamTooLarge
 
 CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
 

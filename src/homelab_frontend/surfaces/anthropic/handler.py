@@ -1,6 +1,6 @@
 """The Anthropic Messages surface: POST /llm/v1/messages (plain and streaming) and
 /llm/v1/messages/count_tokens. Glue only: parsing is in request.py, the stream grammar in
-stream.py, whole-message assembly in response.py, upstream chunk decoding in upstream_decode.py.
+stream.py, whole-message assembly in response.py, upstream chunk decoding in upstream/decode.py.
 
 While a streaming request waits for a slot, no response headers are sent yet: a refusal can then
 still be a proper 529 with Retry-After, which clients (Claude Code included) retry on. Once the
@@ -17,15 +17,15 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
-from ...affinity import session_key
-from ...chat import open_chat
+from ...policy.affinity import session_key
+from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
-from ...exchange import Exchange
-from ...prompt_count import count_prompt
-from ...stopmatch import StopMatcher
-from ...tracker import GENERATING, Tracked
-from ...upstream_decode import Malformed, decode_completion
-from ...upstream_request import build_body
+from ...request.exchange import Exchange
+from ...upstream.prompt_count import count_prompt
+from ...upstream.stopmatch import StopMatcher
+from ...request.tracker import GENERATING, Tracked
+from ...upstream.decode import Malformed, decode_completion
+from ...upstream.chat_body import build_body
 from ..body import decode_object
 from ..upstream_events import Midstream as _Midstream
 from ..upstream_events import gateway_stops as _gateway_stops
@@ -180,7 +180,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
 
 async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
     """A real count from the backend's tokenizer (vLLM, llama.cpp: chat template and tools
-    included, prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
+    included, upstream/prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
     an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
 

@@ -72,7 +72,7 @@ import msgspec
 
 from ... import canonical as c
 from ...errors import GatewayError
-from .signature import ThinkingSigner
+from ..signature import ThinkingSigner
 
 __all__ = ["MessageAssembler", "new_message_id", "new_tool_use_id"]
 

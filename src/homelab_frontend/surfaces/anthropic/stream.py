@@ -123,7 +123,7 @@ from ...canonical import (
     UpstreamError,
     Usage,
 )
-from .signature import ThinkingSigner
+from ..signature import ThinkingSigner
 
 __all__ = ["AnthropicStreamEncoder", "STOP_REASONS"]
 

@@ -20,12 +20,12 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
-from ... import limits
-from ...chat import open_chat
+from ...policy import limits
+from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
-from ...exchange import Exchange
-from ...tracker import Tracked
-from ...upstream_decode import Malformed, decode_completion
+from ...request.exchange import Exchange
+from ...request.tracker import Tracked
+from ...upstream.decode import Malformed, decode_completion
 from ..upstream_events import Midstream, stream_events
 from .errors import failure_code
 from .request import ParsedRequest, parse_request

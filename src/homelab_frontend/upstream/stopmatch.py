@@ -1,6 +1,6 @@
 """Gateway-side stop sequences (sans-I/O), for upstreams that do not say which stop string fired.
 
-vLLM reports the matched string itself (`choices[].stop_reason`, see `upstream_decode.py`);
+vLLM reports the matched string itself (`choices[].stop_reason`, see `upstream/decode.py`);
 Ollama and llama.cpp only say "stop". For those the caller does NOT pass the client's stop strings
 upstream (the upstream would strip the string and we could not tell which one fired, or whether
 one fired at all); instead it runs the canonical event stream through a `StopMatcher`:
@@ -34,7 +34,7 @@ Semantics
 
 from __future__ import annotations
 
-from .canonical import Event, Finish, TextDelta, Usage
+from ..canonical import Event, Finish, TextDelta, Usage
 
 __all__ = ["StopMatcher"]
 

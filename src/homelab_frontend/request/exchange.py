@@ -32,10 +32,10 @@ from typing import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from .errors import GatewayError
-from .routing import BackendState, Route
+from ..errors import GatewayError
+from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
-from .upstream import UpstreamClient
+from ..upstream.client import UpstreamClient
 
 RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
 SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
@@ -64,7 +64,7 @@ class Exchange:
         session: str | None = None,
     ) -> None:
         self.t = tracked
-        self.session = session  # the conversation's key, for session affinity (affinity.py)
+        self.session = session  # the conversation's key, for session affinity (policy/affinity.py)
         self.route = route
         self.clients = clients
         self.principal = principal

@@ -8,7 +8,7 @@ import secrets
 import time
 from typing import Iterator
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 # Phases, in order. A request that is cancelled records the phase it was in.
 QUEUED = "queued"  # waiting for a slot
@@ -54,7 +54,7 @@ class Tracked:
         self.status = 0
         self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
-        # | "retry" (the backend refused the first try; chat.py)
+        # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None
 
     def cancel(self, reason: str, message: str = "") -> bool:

@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .config import Limits
-from .errors import GatewayError
+from ..config import Limits
+from ..errors import GatewayError
 
 
 def check_headers(request: web.Request, limits: Limits) -> None:

@@ -16,7 +16,7 @@ from typing import AsyncIterator
 
 import aiohttp
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 
 class UpstreamTooLarge(GatewayError):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import affinity
-from . import config as cfgmod
-from .errors import GatewayError
-from .slots import SlotPool
+from .. import config as cfgmod
+from ..errors import GatewayError
+from ..admission.slots import SlotPool
 
 
 @dataclass
@@ -21,7 +21,7 @@ class BackendState:
     last_error: str | None = None
     model_lens: dict[str, int] = field(default_factory=dict)  # from /v1/models max_model_len
     upstream_running: int | None = None  # the backend's own running count, where it tells
-    # `kind` left out of the config: cfg.kind is the detected one (backend_kind.py)
+    # `kind` left out of the config: cfg.kind is the detected one (upstream/backend_kind.py)
     auto_kind: bool = False
     detected_kind: str | None = None
 

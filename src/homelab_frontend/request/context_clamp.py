@@ -5,7 +5,7 @@ max_tokens exceeds its context. The gateway clamps to the model's context length
 backend's /v1/models `max_model_len`) less the prompt, right the first time:
 - when even a high estimate of the prompt (one token per 2 bytes of body, images left out) leaves
   room for `max_tokens`, nothing is clamped and nothing is counted;
-- otherwise a backend with a tokenizer endpoint (vLLM, llama.cpp: prompt_count.py) counts the
+- otherwise a backend with a tokenizer endpoint (vLLM, llama.cpp: upstream/prompt_count.py) counts the
   prompt exactly, and `max_tokens` becomes at most the context less that count;
 - without one (or when it fails), the clamp uses a low estimate (one token per 8 bytes), so it
   never takes away room the model really has.
@@ -21,12 +21,12 @@ import re
 import aiohttp
 import msgspec
 
-from . import canonical as c
-from .errors import GatewayError
+from .. import canonical as c
+from ..errors import GatewayError
 from .exchange import Exchange
-from .prompt_count import can_count, count_prompt
+from ..upstream.prompt_count import can_count, count_prompt
 from .tracker import CONNECTING
-from .upstream_request import build_body
+from ..upstream.chat_body import build_body
 
 # Both wordings vLLM has used for the same refusal.
 _CTX_OLD = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)

@@ -66,7 +66,7 @@ from typing import Literal, Union
 
 import msgspec
 
-from .canonical import (
+from ..canonical import (
     Event,
     Finish,
     ReasoningDelta,
@@ -76,7 +76,7 @@ from .canonical import (
     Usage,
     UpstreamError,
 )
-from .errors import clean_message
+from ..errors import clean_message
 
 __all__ = ["ChunkDecoder", "Chunk", "ChunkMalformed", "ErrorBody", "Malformed", "chunk_error", "decode_chunk",
            "decode_completion", "validate_completion", "validate_embeddings"]

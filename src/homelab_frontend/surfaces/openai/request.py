@@ -12,9 +12,9 @@ from typing import Any, Union
 
 import msgspec
 
-from .. import canonical as c
-from ..errors import GatewayError
-from .body import decode_object
+from ... import canonical as c
+from ...errors import GatewayError
+from ..body import decode_object
 
 # Passed on untouched when the client sends them: all are understood by vLLM, Ollama (most) and
 # llama.cpp, and none changes what the gateway must do with the answer.

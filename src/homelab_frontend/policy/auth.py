@@ -21,9 +21,9 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from . import config as cfgmod
-from .errors import GatewayError
-from .exchange import ANONYMOUS, Principal
+from .. import config as cfgmod
+from ..errors import GatewayError
+from ..request.exchange import ANONYMOUS, Principal
 from .routing import Route
 
 _PRINCIPAL = "principal_key"  # request[...]: the matched _Key, set once per request

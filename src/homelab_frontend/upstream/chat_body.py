@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from . import canonical as c
-from .config import Backend
+from .. import canonical as c
+from ..config import Backend
 from .system_turns import SystemTurns, place
 
 _encode = msgspec.json.Encoder().encode
@@ -63,7 +63,7 @@ def build_body(
 ) -> bytes:
     body: dict = {
         "model": upstream_model,
-        # one leading system message; later system turns merged in place (system_turns.py)
+        # one leading system message; later system turns merged in place (upstream/system_turns.py)
         "messages": place([_message(m) for m in req.messages], system_turns),
     }
     if stream:

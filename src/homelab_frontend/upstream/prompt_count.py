@@ -1,6 +1,6 @@
 """A chat request's prompt size in tokens, counted by the backend's own tokenizer.
 
-The context clamp (chat.py) and count_tokens need the number the backend itself will check
+The context clamp (request/context_clamp.py) and count_tokens need the number the backend itself will check
 `max_tokens` against, which only its tokenizer and chat template know:
 - vLLM: POST /tokenize (at the server root) with the chat body's messages, tools and
   chat_template_kwargs: the template applied as for the completion, generation prompt included.
@@ -18,8 +18,8 @@ import asyncio
 import aiohttp
 import msgspec
 
-from .errors import GatewayError
-from .upstream import UpstreamClient
+from ..errors import GatewayError
+from .client import UpstreamClient
 
 _MAX_BODY = 16 * 1024 * 1024  # /tokenize returns every token id: 4M tokens is far past any context
 _decode = msgspec.json.decode

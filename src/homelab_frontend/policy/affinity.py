@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 from typing import Mapping
 
-from . import canonical as c
+from .. import canonical as c
 
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id")
 _MAX_KEY = 256  # a header is client input: bounded before hashing

@@ -71,7 +71,7 @@ def _wait_port(port: int, timeout: float = 10.0) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import config as cfgmod
+    from .. import config as cfgmod
     from . import server
 
     vllm_port, ollama_port = _free_port(), _free_port()

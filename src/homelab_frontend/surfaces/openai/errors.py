@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import msgspec
 
-from ..errors import GatewayError
-from .error_status import UPSTREAM_KINDS, retry_after_headers, upstream_client_status
+from ...errors import GatewayError
+from ..error_status import UPSTREAM_KINDS, retry_after_headers, upstream_client_status
 
 __all__ = ["render_error"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .config import Backend
+from ..config import Backend
 
 DEFAULT = "vllm"
 

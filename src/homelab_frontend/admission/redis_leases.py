@@ -49,10 +49,10 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import config as cfgmod
-from .errors import GatewayError
+from .. import config as cfgmod
+from ..errors import GatewayError
 from .slots import SlotPool, _Waiter
-from .tracker import Tracked, Tracker
+from ..request.tracker import Tracked, Tracker
 
 log = logging.getLogger("homelab_frontend.cluster")
 

@@ -14,26 +14,27 @@ from typing import Awaitable, Callable, TypeVar
 
 from aiohttp import web
 
-from . import config as cfgmod
-from . import backend_kind, limits
-from .auth import Auth
+from .. import config as cfgmod
+from ..upstream import backend_kind
+from ..policy import limits
+from ..policy.auth import Auth
 from .connguard import ConnectionGuard, GuardedServer
-from .errors import GatewayError
-from .exchange import Principal, client_gone
-from .ops import health
-from .ops.accesslog import AccessLog
-from .ops.metrics import Metrics
-from .routing import BackendState, Router
-from .slots import SlotPool
-from .surfaces import openai as openai_surface
-from .surfaces import openai_errors
-from .surfaces.anthropic import errors as anthropic_errors
-from .surfaces.anthropic import handler as anthropic_surface
-from .surfaces.anthropic.signature import ThinkingSigner
-from .surfaces.responses import errors as responses_errors
-from .surfaces.responses import handler as responses_surface
-from .tracker import Tracked, Tracker, new_request_id
-from .upstream import UpstreamClient
+from ..errors import GatewayError
+from ..request.exchange import Principal, client_gone
+from ..ops import health
+from ..ops.accesslog import AccessLog
+from ..ops.metrics import Metrics
+from ..policy.routing import BackendState, Router
+from ..admission.slots import SlotPool
+from ..surfaces.openai import handler as openai_surface
+from ..surfaces.openai import errors as openai_errors
+from ..surfaces.anthropic import errors as anthropic_errors
+from ..surfaces.anthropic import handler as anthropic_surface
+from ..surfaces.signature import ThinkingSigner
+from ..surfaces.responses import errors as responses_errors
+from ..surfaces.responses import handler as responses_surface
+from ..request.tracker import Tracked, Tracker, new_request_id
+from ..upstream.client import UpstreamClient
 
 log = logging.getLogger("homelab_frontend")
 GATEWAY = web.AppKey("gateway", object)
@@ -64,7 +65,7 @@ class Gateway:
         self.connguard: ConnectionGuard | None = None  # set by build_app
         self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
         if cfg.cluster is not None:
-            from .ops.cluster import attach  # imports redis: only when a cluster is configured
+            from ..ops.cluster import attach  # imports redis: only when a cluster is configured
 
             self.cluster = attach(self, cfg.cluster)
         self.draining = False  # SIGTERM received: new requests are refused, running ones finish
@@ -366,7 +367,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def root(request: web.Request) -> web.StreamResponse:
-    from .ops import dashboard
+    from ..ops import dashboard
 
     return await dashboard.page(request)
 
@@ -411,7 +412,7 @@ def build_app(gw: Gateway) -> web.Application:
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     r.add_get("/", root)  # aiohttp answers HEAD for GET routes
-    from .ops import admin, metrics
+    from ..ops import admin, metrics
 
     admin.add_routes(app)
     metrics.add_routes(app)
@@ -440,7 +441,7 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
                            max_field_size=limits.parser_field_cap(cfg.limits),
                            keepalive_timeout=cfg.connections.keepalive_timeout_s)
     await runner.setup()
-    # every client connection's protocol goes through the guard (connguard.py)
+    # every client connection's protocol goes through the guard (app/connguard.py)
     runner._server = GuardedServer(runner._server, gw.connguard)
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     await site.start()

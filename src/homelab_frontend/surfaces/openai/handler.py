@@ -18,18 +18,25 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from ..affinity import session_key
-from ..chat import open_chat
-from ..errors import GatewayError, clean_message
-from ..exchange import Exchange, client_gone
-from ..tracker import GENERATING, Tracked
-from ..upstream_decode import (ChunkMalformed, ErrorBody, Malformed, chunk_error, decode_chunk, validate_completion,
-                               validate_embeddings)
-from ..upstream_read import UpstreamTooLarge
-from .body import decode_object
-from .model_rewrite import ModelRewriter
-from .openai_assemble import CompletionAssembler
-from .openai_request import parse_request
+from ...policy.affinity import session_key
+from ...request.context_clamp import open_chat
+from ...errors import GatewayError, clean_message
+from ...request.exchange import Exchange, client_gone
+from ...request.tracker import GENERATING, Tracked
+from ...upstream.decode import (
+    ChunkMalformed,
+    ErrorBody,
+    Malformed,
+    chunk_error,
+    decode_chunk,
+    validate_completion,
+    validate_embeddings,
+)
+from ...upstream.read import UpstreamTooLarge
+from ..body import decode_object
+from ..model_rewrite import ModelRewriter
+from .assemble import CompletionAssembler
+from .request import parse_request
 
 _encode = msgspec.json.encode
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}

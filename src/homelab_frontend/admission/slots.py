@@ -18,7 +18,7 @@ import asyncio
 import math
 from collections import OrderedDict, deque
 
-from .errors import GatewayError
+from ..errors import GatewayError
 
 
 class _Waiter:

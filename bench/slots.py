@@ -4,8 +4,8 @@ Admission is on the path to the first token and giving a slot back is not (it ru
 task), so the cost of `cluster:` per request is the extra time `acquire()` takes. This measures
 it directly, with no HTTP or backend noise:
 
-    python -m homelab_frontend.slots_bench                          # starts a throwaway redis-server
-    python -m homelab_frontend.slots_bench --redis-url redis://host:6379/0 --n 2000
+    python -m bench.slots                          # starts a throwaway redis-server
+    python -m bench.slots --redis-url redis://host:6379/0 --n 2000
 
 or from the benchmark: `await slots_bench.compare(redis_url, n=1000)` -> a dict (see `compare`).
 
@@ -32,9 +32,9 @@ import sys
 import tempfile
 import time
 
-from . import config as cfgmod
-from .slots import SlotPool
-from .tracker import Tracker
+from homelab_frontend import config as cfgmod
+from homelab_frontend.admission.slots import SlotPool
+from homelab_frontend.request.tracker import Tracker
 
 
 def _stats(samples_s: list[float]) -> dict:
@@ -87,7 +87,7 @@ async def _handoffs(a, b, n: int) -> list[float]:
 async def compare(redis_url: str, n: int = 500, handoffs: int = 50, lease_s: float = 10.0) -> dict:
     """-> {"acquire": {"in_process": stats, "redis": stats, "added_p50_ms", "added_p99_ms"},
            "handoff": {"redis": stats}} with stats = {p50_ms, p90_ms, p99_ms, mean_ms, n}."""
-    from .slots_redis import Registry  # needs the redis extra
+    from homelab_frontend.admission.redis_leases import Registry  # needs the redis extra
 
     local = SlotPool("bench", 8, 64, 30.0)
     await _acquire_cycles(local, min(n, 100))  # warm-up
@@ -152,7 +152,7 @@ class _ThrowawayRedis:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m homelab_frontend.slots_bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.slots", description=__doc__.split("\n")[0])
     p.add_argument("--redis-url", help="default: start a throwaway redis-server on a free loopback port")
     p.add_argument("--n", type=int, default=500, help="acquire/release cycles per pool (default 500)")
     p.add_argument("--handoffs", type=int, default=50, help="cross-replica handoffs (default 50)")

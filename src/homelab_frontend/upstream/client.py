@@ -17,10 +17,10 @@ from typing import AsyncIterator
 import aiohttp
 import msgspec
 
-from .config import Backend
-from .errors import GatewayError, clean_message
+from ..config import Backend
+from ..errors import GatewayError, clean_message
 from .retry_after import retry_after_seconds
-from .upstream_read import read_body, sse_payloads
+from .read import read_body, sse_payloads
 
 _MAX_ERROR_BODY = 64 * 1024
 
