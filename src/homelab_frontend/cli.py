@@ -41,14 +41,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .app import server
+    from .app import serve
 
     cfg = _load(args.config)
     if cfg is None:
         return 2
     host = args.host or cfg.listen.host
     port = args.port if args.port is not None else cfg.listen.port
-    return server.run(cfg, args.config, host, port)
+    return serve.run(cfg, args.config, host, port)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

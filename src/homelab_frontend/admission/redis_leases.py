@@ -46,15 +46,27 @@ import logging
 import os
 import socket
 from collections import Counter
-from typing import Any
+from typing import Any, Iterable, Protocol
 from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
 from .slots import SlotPool, _Waiter
-from ..request.tracker import Tracked, Tracker
 
 log = logging.getLogger("homelab_frontend.cluster")
+
+
+class Tracked(Protocol):
+    """The request a lease is taken for (request.tracker.Tracked): its id names the lease, and a
+    lost lease cancels it. Declared here: admission does not import the request layer."""
+
+    id: str
+    task: asyncio.Task | None
+
+    def cancel(self, reason: str, message: str = "") -> bool: ...
+
+
+Tracker = Iterable[Tracked]  # every request in flight (request.tracker.Tracker)
 
 PREFIX = "hlf"
 EPOCH_KEY = f"{PREFIX}:epoch"

@@ -10,7 +10,7 @@ front of aiohttp's RequestHandler) to enforce, from `connections:` in the config
   request on a kept-alive connection, the whole request head must arrive within this, or the
   connection is closed. The deadline stops when a request reaches the application (the
   middleware marks the connection busy); a slow request *body* is the handler's concern.
-* `keepalive_timeout_s`: aiohttp's keep-alive timer (passed to the runner by app/server.py) closes a
+* `keepalive_timeout_s`: aiohttp's keep-alive timer (passed to the runner by app/serve.py) closes a
   connection idle between requests.
 * `max_connections`: when a new connection would exceed it, the oldest connection not inside a
   request (idle, or still sending its head) is closed to make room; only when every connection

@@ -72,7 +72,7 @@ def _wait_port(port: int, timeout: float = 10.0) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from .. import config as cfgmod
-    from . import server
+    from . import serve
 
     vllm_port, ollama_port = _free_port(), _free_port()
     open(REASONING_LOG, "w").close()
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             f.write(CONFIG.format(host=args.host, port=args.port, vllm_port=vllm_port, ollama_port=ollama_port))
         print(f"demo: config {path}; stub logs {REASONING_LOG}, {OLLAMA_LOG}", flush=True)
         cfg = cfgmod.load(path)
-        return server.run(cfg, path, args.host, args.port)
+        return serve.run(cfg, path, args.host, args.port)
     finally:
         for p in stubs:
             p.send_signal(signal.SIGTERM)

@@ -23,10 +23,22 @@ from aiohttp import web
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from ..request.exchange import ANONYMOUS, Principal
 from .routing import Route
 
 _PRINCIPAL = "principal_key"  # request[...]: the matched _Key, set once per request
+
+
+class Principal:
+    """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
+
+    __slots__ = ("name", "priority")
+
+    def __init__(self, name: str = "", priority: int = 0) -> None:
+        self.name = name
+        self.priority = priority
+
+
+ANONYMOUS = Principal()
 
 
 def _digest(secret: str) -> bytes:

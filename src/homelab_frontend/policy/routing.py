@@ -3,11 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import affinity
 from .. import config as cfgmod
 from ..errors import GatewayError
-from ..admission.slots import SlotPool
+
+
+class SlotPool(Protocol):
+    """A backend's slots as the gateway uses them (admission.slots.SlotPool, or its Redis-leased
+    form). Declared here, not imported: routing sits below admission in the import layers."""
+
+    slots: int
+    depth: int
+
+    @property
+    def in_use(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    def expected_wait_s(self) -> float: ...
+
+    async def acquire(self, key: str = "", priority: int = 0) -> None: ...
+
+    def release(self, held_s: float | None = None) -> None: ...
+
+    def resize(self, slots: int, depth: int, timeout_s: float) -> None: ...
 
 
 @dataclass

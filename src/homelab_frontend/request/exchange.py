@@ -33,25 +33,13 @@ import aiohttp
 from aiohttp import web
 
 from ..errors import GatewayError
+from ..policy.auth import ANONYMOUS, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from ..upstream.client import UpstreamClient
 
 RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
 SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
-
-
-class Principal:
-    """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
-
-    __slots__ = ("name", "priority")
-
-    def __init__(self, name: str = "", priority: int = 0) -> None:
-        self.name = name
-        self.priority = priority
-
-
-ANONYMOUS = Principal()
 
 
 class Exchange:

@@ -33,6 +33,7 @@ from ..upstream_events import stream_events as _stream_events
 from .request import parse_request
 from .response import MessageAssembler, new_message_id
 from .stream import AnthropicStreamEncoder
+from ..context import Gateway
 
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -46,7 +47,7 @@ def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
     return max(1, (len(body) - images) // 4)
 
 
-async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
     req = await gw.parse(body, lambda b: parse_request(b, signer=gw.signer))
     t.model, t.stream = req.model, req.stream
@@ -178,7 +179,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
     return result
 
 
-async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
+async def count_tokens(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     """A real count from the backend's tokenizer (vLLM, llama.cpp: chat template and tools
     included, upstream/prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
     an estimate (README: count_tokens)."""

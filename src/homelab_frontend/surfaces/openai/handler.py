@@ -37,6 +37,7 @@ from ..body import decode_object
 from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from .request import parse_request
+from ..context import Gateway
 
 _encode = msgspec.json.encode
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -60,7 +61,7 @@ def _checked_completion(raw: bytes, ex: Exchange, t: Tracked):
     return doc
 
 
-async def chat_completions(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
     req, usage_opts = await gw.parse(body, parse_request)
     t.model, t.stream = req.model, req.stream
@@ -206,7 +207,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
     await out.write_eof()
 
 
-async def models(request: web.Request, gw, t: Tracked) -> web.Response:
+async def models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     gw.auth.admit(request, None, "openai")
     now = int(time.time())
     data = []
@@ -228,7 +229,7 @@ async def models(request: web.Request, gw, t: Tracked) -> web.Response:
     )
 
 
-async def embeddings(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
     raw = await gw.parse(body, decode_object)
     model = raw.get("model")

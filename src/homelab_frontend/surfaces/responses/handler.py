@@ -33,6 +33,7 @@ from .response import base_response, new_id
 from .sealed import ReasoningSealer
 from .store import Record, RedisStore, SqliteStore
 from .stream import ResponsesStreamEncoder
+from ..context import Gateway
 
 log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -43,7 +44,7 @@ _GENERATED = (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)
 class State:
     """The surface's share of the gateway: the reasoning sealer and the response store."""
 
-    def __init__(self, gw) -> None:
+    def __init__(self, gw: Gateway) -> None:
         self.sealer = ReasoningSealer(gw.signer)
         cfg = gw.cfg.responses.store
         self.store = RedisStore(cfg, gw.cluster.client) if gw.cluster is not None else SqliteStore(cfg)
@@ -101,7 +102,7 @@ def _count(t: Tracked, enc: ResponsesStreamEncoder) -> None:
         t.tokens_out = enc.output_tokens
 
 
-async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     state: State = gw.responses
     body = await gw.read_body(request)
     parsed = await gw.parse(body, lambda b: _parse(b, gw.cfg.limits, state.sealer))
@@ -189,7 +190,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
         raise err from None
 
 
-async def retrieve(request: web.Request, gw, t: Tracked) -> web.Response:
+async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     principal = gw.auth.admit(request, None, "responses")
     resp_id = request.match_info["id"]
     rec = await _load(gw.responses, resp_id, _owner(principal), None)
@@ -199,7 +200,7 @@ async def retrieve(request: web.Request, gw, t: Tracked) -> web.Response:
     return web.Response(body=_encode(rec.response), content_type="application/json", headers=gw.headers(t))
 
 
-async def delete(request: web.Request, gw, t: Tracked) -> web.Response:
+async def delete(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     principal = gw.auth.admit(request, None, "responses")
     resp_id = request.match_info["id"]
     try:
