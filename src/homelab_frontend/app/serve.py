@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from typing import Callable
@@ -20,6 +21,16 @@ from .routes import build_app
 log = logging.getLogger("homelab_frontend")
 
 
+class StartupError(Exception):
+    """The gateway cannot start (its port is taken, its config is invalid): said in one line."""
+
+
+def fail(message: str) -> int:
+    """A start-up failure: one line on stderr, exit status 2 (as for a bad command line)."""
+    print(f"homelab-frontend: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: int,
                 ready: Callable[[int], None] | None = None) -> int:
     gw = Gateway(cfg, config_path)
@@ -31,7 +42,13 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
     # every client connection's protocol goes through the guard (app/connguard.py)
     runner._server = GuardedServer(runner._server, gw.connguard)
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as err:
+        # Closes what start-up opened (probes, upstream sessions, Redis) before saying why.
+        await runner.cleanup()
+        why = os.strerror(err.errno).lower() if err.errno else str(err)  # asyncio's text repeats the address
+        raise StartupError(f"cannot listen on {host}:{port}: {why}") from None
     bound = runner.addresses[0][1] if runner.addresses else port
     if gw.auth.open:
         msg = "no client keys configured: the gateway is open to anyone who can reach it"
@@ -95,6 +112,6 @@ def run(cfg: cfgmod.Config, config_path: str | None, host: str, port: int) -> in
             return uvloop.run(serve(cfg, config_path, host, port))
         return asyncio.run(serve(cfg, config_path, host, port))
     except cfgmod.ConfigError as err:
-        for p in err.problems:
-            print(p, file=sys.stderr)
-        return 2
+        return fail(f"invalid config: {'; '.join(err.problems)}")
+    except StartupError as err:
+        return fail(str(err))
