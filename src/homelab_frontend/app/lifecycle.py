@@ -17,6 +17,7 @@ from aiohttp import web
 from ..errors import GatewayError
 from ..policy import limits
 from ..request.exchange import client_gone
+from ..request.outcome import FAILED, LEFT
 from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
 from ..surfaces.openai import errors as openai_errors
@@ -71,7 +72,7 @@ def surface(dialect: str, fn: Handler):
 
 
 def _client_left(t: Tracked) -> None:
-    t.outcome = f"cancelled_{t.phase}"
+    t.end(LEFT, override=True)
     t.status = 499  # nginx's "client closed request": nothing was sent
 
 
@@ -83,8 +84,7 @@ def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -
     access log keeps the status the client got (an answer begins only as a 200: every error
     before that is rendered whole)."""
     if request.writer.output_size:
-        if t.outcome == "ok":
-            t.outcome = f"error_{err.kind}"
+        t.fail(err.kind)
         t.status = t.status or 200
         raise asyncio.CancelledError()
     return _error_response(t, err, render)
@@ -93,8 +93,7 @@ def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -
 def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:
     status, body, headers = render(err)
     t.status = status
-    if t.outcome == "ok":
-        t.outcome = f"rejected_{err.kind}" if err.kind in ("overloaded", "rate_limit") else f"error_{err.kind}"
+    t.end(FAILED, err.kind, begun=False)
     return web.Response(
         status=status, body=body, content_type="application/json",
         headers={**headers, "request-id": t.id, "server-timing": server_timing(t)},

@@ -9,6 +9,7 @@ import time
 from typing import Iterator
 
 from ..errors import GatewayError
+from .outcome import FAILED, OK, STALLED, outcome_of
 
 # Phases, in order. A request that is cancelled records the phase it was in.
 QUEUED = "queued"  # waiting for a slot
@@ -52,10 +53,19 @@ class Tracked:
         self.tokens_cached: int | None = None  # of tokens_in, what the backend's prefix cache held
         self.affinity: str | None = None  # "hit" | "spill" | None (routing.Route.place)
         self.status = 0
-        self.outcome = "ok"  # ok | cancelled_<phase> | error_<kind> | rejected_<kind>
+        self.outcome = OK  # set by end(): request/outcome.py has the table
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
         # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None
+
+    def end(self, cause: str, kind: str = "", *, begun: bool = True, override: bool = False) -> None:
+        """Record how the request ended (request/outcome.py): the first cause wins, unless
+        `override` (a cause that supersedes whatever was provisionally recorded)."""
+        if override or self.outcome == OK:
+            self.outcome = outcome_of(self.phase, cause, kind, begun)
+
+    def fail(self, kind: str, *, override: bool = False) -> None:
+        self.end(FAILED, kind, override=override)
 
     def cancel(self, reason: str, message: str = "") -> bool:
         """Cancel the request's task on the gateway's own account (not the client's)."""
@@ -77,7 +87,7 @@ class Tracked:
             return GatewayError("timeout", self.cancel_message)
         if self.cancel_reason == "client_stalled":
             # the client's doing: counted as its cancel, not as a backend timeout
-            self.outcome = "cancelled_client_stalled"
+            self.end(STALLED, override=True)
             return GatewayError("timeout", self.cancel_message)
         if self.cancel_reason == "shutdown":
             return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)

@@ -77,8 +77,7 @@ async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamR
         try:
             await _relay(upstream, ex, t, enc, out, matcher)
         except GatewayError as err:  # our own timeout or cancel, after the stream started
-            if t.outcome == "ok":
-                t.outcome = f"error_{err.kind}"
+            t.fail(err.kind)
             await out.write(enc.fail("timeout_error" if err.kind == "timeout" else "api_error", err.message))
         await out.write_eof()
         await ex.drain()
@@ -116,7 +115,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                     await ex.send(out, enc.ping())
                     quiet_since = now
             if enc.ended:
-                t.outcome = "error_upstream_midstream"
+                t.fail("upstream_midstream", override=True)
                 return
         if enc.output_tokens is None:
             # the gateway stopped the generation (a stop sequence) before the upstream reported
@@ -124,7 +123,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
             enc.feed(c.Usage(output_tokens=t.tokens_out))
         await out.write(enc.finish())
     except _Midstream as err:
-        t.outcome = err.outcome
+        t.fail(err.kind, override=True)
         await out.write(enc.fail("api_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
@@ -161,7 +160,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
                         counted += 1
                     asm.feed(ev)
         except _Midstream as err:
-            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
             raise GatewayError(kind, str(err)) from None
     result = asm.result()
     usage = result["usage"]

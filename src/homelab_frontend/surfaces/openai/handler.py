@@ -22,6 +22,7 @@ from ...policy.affinity import session_key
 from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
 from ...request.exchange import Exchange, client_gone
+from ...request.outcome import DONE
 from ...request.tracker import GENERATING, Tracked
 from ...upstream.decode import (
     ChunkMalformed,
@@ -180,7 +181,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
             if failure:
                 break
     except UpstreamTooLarge as err:
-        t.outcome = "error_upstream_too_large"
+        t.fail("upstream_too_large", override=True)
         failure = err.message
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         if client_gone(request):
@@ -190,15 +191,13 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
         own = ex.own_cancel()
         if own is None:
             raise  # the client went away
-        if t.outcome == "ok":
-            t.outcome = f"error_{own.kind}"
+        t.fail(own.kind)
         failure = own.message
         failure_type = "timeout_error" if own.kind == "timeout" else "api_error"
     if failure is None and not done:
         failure = "the backend ended the stream without finishing it"
     if failure is not None:
-        if t.outcome == "ok":
-            t.outcome = "error_upstream_midstream"
+        t.fail("upstream_midstream")
         await out.write(error_chunk(failure, failure_type))
         await out.write_eof()
         return
@@ -221,7 +220,7 @@ async def models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
         if known:
             entry["max_model_len"] = min(known)
         data.append(entry)
-    t.outcome = "ok"
+    t.end(DONE, override=True)
     return web.Response(
         body=_encode({"object": "list", "data": data}),
         content_type="application/json",

@@ -155,8 +155,7 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
         try:
             await _relay(upstream, ex, t, enc, out, keep)
         except GatewayError as err:  # our own timeout or cancel, after the stream started
-            if t.outcome == "ok":
-                t.outcome = f"error_{err.kind}"
+            t.fail(err.kind)
             await out.write(enc.fail(failure_code(err), err.message))
         await out.write_eof()
         await ex.drain()
@@ -173,7 +172,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
                 frames.append(enc.feed(ev))
             await ex.send(out, b"".join(frames))
             if enc.ended:
-                t.outcome = "error_upstream_midstream"
+                t.fail("upstream_midstream", override=True)
                 _count(t, enc)
                 return
         _count(t, enc)
@@ -181,7 +180,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
         await keep()
         await out.write(tail)
     except Midstream as err:
-        t.outcome = err.outcome
+        t.fail(err.kind, override=True)
         await out.write(enc.fail("server_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
