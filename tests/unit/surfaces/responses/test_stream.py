@@ -28,7 +28,7 @@ from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
 from support.responses_sse_grammar import check_stream, parse_frames
 from homelab_frontend.surfaces.responses.stream import ResponsesStreamEncoder
 from homelab_frontend.upstream.decode import ChunkDecoder
-from tests.unit.test_anthropic_stream import TOOL_JSON, upstream_streams
+from tests.unit.surfaces.anthropic.test_stream import TOOL_JSON, upstream_streams
 
 MODEL = "reasoning"
 SEALER = ReasoningSealer(ThinkingSigner(b"test-secret"))
