@@ -4,7 +4,7 @@ later system turn merged, in place, into the neighbouring user or tool message.
 Why: clients put system turns mid-conversation (Claude Code: a `<total_tokens>` turn after each
 tool result, `role: system` entries with their own output_config). Sent as they are, the models'
 own chat templates do three different things with a system message that is not first
-(tests/unit/test_system_turns_templates.py renders them; README "System turns"):
+(tests/unit/upstream/test_system_turns_templates.py renders them; README "System turns"):
   - DeepSeek-R1-Distill-Qwen keeps only the LAST system message and renders it at the top, so a
     trailing `<total_tokens>` turn replaces the whole system prompt and the start of the prompt
     changes on every turn: no prefix-cache hit, and the model loses its instructions;

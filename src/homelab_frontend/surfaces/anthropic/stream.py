@@ -235,7 +235,7 @@ _MESSAGE_STOP_FRAME = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _PING_FRAME = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 _TEXT_BLOCK = _TextBlock()
-# content_block_delta frames spelled out (see `_delta`); tests/unit/test_hot_path.py holds them
+# content_block_delta frames spelled out (see `_delta`); tests/unit/surfaces/anthropic/test_hot_path.py holds them
 # byte for byte to what encoding a _BlockDelta gives
 _DELTA_HEAD = _BLOCK_DELTA + b'{"type":"content_block_delta","index":'
 _DELTA_TAIL = b"}}" + _END
