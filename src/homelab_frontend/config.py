@@ -3,7 +3,6 @@ the key path that holds it (`models.reasoning.backend: no backend named 'gpu9'`)
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from pathlib import Path
@@ -320,16 +319,3 @@ def load(path: str | os.PathLike) -> Config:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError([f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}"]) from None
     return parse(raw)
-
-
-def resolve_alias(cfg: Config, name: str) -> str | None:
-    """The configured model a client name means: itself, an exact alias, or the first glob."""
-    if name in cfg.models:
-        return name
-    target = cfg.aliases.get(name)
-    if target is not None:
-        return target
-    for pattern, target in cfg.aliases.items():
-        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
-            return target
-    return None

@@ -36,7 +36,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..config import resolve_alias
+from ..policy.routing import resolve_alias
 from ..request.tracker import Tracked
 from .context import OPS_GATEWAY, OpsGateway
 from .context import gateway as _gw

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +31,19 @@ class SlotPool(Protocol):
     def release(self, held_s: float | None = None) -> None: ...
 
     def resize(self, slots: int, depth: int, timeout_s: float) -> None: ...
+
+
+def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
+    """The configured model a client name means: itself, an exact alias, or the first glob."""
+    if name in cfg.models:
+        return name
+    target = cfg.aliases.get(name)
+    if target is not None:
+        return target
+    for pattern, target in cfg.aliases.items():
+        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
+            return target
+    return None
 
 
 @dataclass
@@ -126,7 +140,7 @@ class Router:
         route = self._cache.get(client_model)
         if route is not None:
             return route
-        name = cfgmod.resolve_alias(self.cfg, client_model)
+        name = resolve_alias(self.cfg, client_model)
         if name is None:
             available = ", ".join(sorted(self.cfg.models)) or "(none configured)"
             raise GatewayError(
