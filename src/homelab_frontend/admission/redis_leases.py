@@ -689,10 +689,7 @@ class RedisSlotPool(SlotPool):
     # -- the granter --------------------------------------------------------------------------
 
     def _peek(self) -> _RWaiter | None:
-        if not self._queues:
-            return None
-        by_key = self._queues[max(self._queues)]
-        return next(iter(by_key.values()))[0]  # type: ignore[return-value]
+        return self._queue.peek()  # type: ignore[return-value]
 
     async def _grant_loop(self) -> None:
         try:

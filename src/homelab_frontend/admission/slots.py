@@ -3,11 +3,11 @@
 A request holds one slot from admission until its last byte is written or its cancellation is
 complete, so the backend never runs more sequences for us than its `slots`. When none is free the
 request waits in a bounded queue, FIFO within an API key but round-robin between keys (one key's
-burst cannot starve another) and by key priority first. A full queue, or a wait past the queue's
+burst cannot starve another) and by key priority first (the order: fair_queue.py, pure). A full queue, or a wait past the queue's
 timeout, is refused as `overloaded` with a Retry-After estimated from recent slot hold times.
 
 The fast path (a free slot, nobody waiting) is a counter increment: queueing costs nothing until
-it is needed. `SlotPool` keeps the count in process; `slots_redis.RedisSlotPool` shares it between
+it is needed. `SlotPool` keeps the count in process; `redis_leases.RedisSlotPool` shares it between
 replicas: it reuses the queue here (`_enqueue`, `_pop_next`, `_forget`) and replaces `acquire` /
 `release`, because taking a slot there is an await on Redis.
 """
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import OrderedDict, deque
-
 from ..errors import GatewayError
+from .fair_queue import FairQueue
 
 
 class _Waiter:
@@ -38,8 +37,7 @@ class SlotPool:
         self.timeout_s = timeout_s
         self.in_use = 0
         self.queued = 0
-        # priority -> key -> that key's waiters; keys rotate to the back when served
-        self._queues: dict[int, OrderedDict[str, deque[_Waiter]]] = {}
+        self._queue: FairQueue[_Waiter] = FairQueue()
         self._hold_s = 5.0  # moving average of how long a slot is held, for Retry-After
 
     # -- what a replica-shared pool overrides ------------------------------------------------
@@ -114,44 +112,20 @@ class SlotPool:
         self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
         self._grant()
 
-    # -- the queue ----------------------------------------------------------------------------
+    # -- the queue (admission/fair_queue.py decides who is next) ------------------------------
 
     def _enqueue(self, w: _Waiter) -> None:
-        by_key = self._queues.get(w.priority)
-        if by_key is None:
-            by_key = self._queues[w.priority] = OrderedDict()
-        by_key.setdefault(w.key, deque()).append(w)
+        self._queue.push(w)
         self.queued += 1
 
     def _forget(self, w: _Waiter) -> None:
-        by_key = self._queues.get(w.priority)
-        if by_key is None or w.key not in by_key:
-            return
-        d = by_key[w.key]
-        try:
-            d.remove(w)
-        except ValueError:
-            return
-        self.queued -= 1
-        if not d:
-            del by_key[w.key]
-            if not by_key:
-                del self._queues[w.priority]
+        if self._queue.remove(w):
+            self.queued -= 1
 
     def _pop_next(self) -> _Waiter | None:
-        if not self._queues:
-            return None
-        prio = max(self._queues)
-        by_key = self._queues[prio]
-        key, d = next(iter(by_key.items()))
-        w = d.popleft()
-        self.queued -= 1
-        if d:
-            by_key.move_to_end(key)  # round-robin: this key waits behind the others now
-        else:
-            del by_key[key]
-            if not by_key:
-                del self._queues[prio]
+        w = self._queue.pop()
+        if w is not None:
+            self.queued -= 1
         return w
 
     def _grant(self) -> None:
