@@ -22,6 +22,7 @@ demo: $(VENV)/.base
 	$(VENV)/bin/homelab-frontend demo --port $(PORT)
 
 test: $(VENV)/.test
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.test

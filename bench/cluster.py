@@ -4,7 +4,7 @@ One stub upstream, one throwaway `redis-server` on a free loopback port, and two
 of the same stub: one with the in-process slot pool, one with `cluster:` (Redis leases). The same
 c=1 streaming load (OpenAI surface, 200 tokens per answer) goes through each, interleaved over
 several repetitions; the report is the time to first token through each and the difference.
-The slot pools are also compared alone (`homelab_frontend.slots_bench`: take-and-give-back cycles,
+The slot pools are also compared alone (`bench.slots`: take-and-give-back cycles,
 and the hand-off of a freed slot to a request queued on another replica).
 """
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, gw in (("in-process", local), ("redis", shared)):
                 res = load.run(_spec(gw, args.requests))
                 ttft[name].append(res["ttft_p50_ms"])
-        from homelab_frontend.slots_bench import compare
+        from bench.slots import compare
 
         pools = asyncio.run(compare(url, n=1000))
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from homelab_frontend.childproc import wait_listening
+from bench.childproc import wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 _TICK = os.sysconf("SC_CLK_TCK")

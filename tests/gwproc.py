@@ -13,7 +13,7 @@ import urllib.request
 
 import yaml
 
-from homelab_frontend.childproc import wait_listening
+from bench.childproc import wait_listening
 
 
 

@@ -3,7 +3,7 @@
 A surface (OpenAI, Anthropic) parses its dialect into a `Request`; the upstream client turns a
 `Request` into the upstream's OpenAI-shaped body. Answers come back as a sequence of `Event`s
 (from a streamed or a whole upstream completion alike), which a surface encodes into its dialect.
-Upstream quirks end in the chunk decoder (`upstream_decode.py`), dialect quirks in the surface;
+Upstream quirks end in the chunk decoder (`upstream/decode.py`), dialect quirks in the surface;
 nothing here knows either.
 """
 
@@ -82,7 +82,7 @@ class Request(msgspec.Struct):
     # (seed, response_format, logprobs, ...): an allow-list in the OpenAI surface fills this.
     extra: dict = msgspec.field(default_factory=dict)
     # The client's name for the conversation (OpenAI `prompt_cache_key`): routing only, never
-    # forwarded (see affinity.py).
+    # forwarded (see policy/affinity.py).
     cache_key: str | None = None
 
 

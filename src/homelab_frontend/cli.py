@@ -41,18 +41,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from . import server
+    from .app import serve
 
-    cfg = _load(args.config)
-    if cfg is None:
-        return 2
+    try:
+        cfg = cfgmod.load(args.config)
+    except cfgmod.ConfigError as err:  # a start-up failure: one line (`check` lists them one a line)
+        return serve.fail(f"invalid config: {'; '.join(err.problems)}")
     host = args.host or cfg.listen.host
     port = args.port if args.port is not None else cfg.listen.port
-    return server.run(cfg, args.config, host, port)
+    return serve.run(cfg, args.config, host, port)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from . import demo
+    from .app import demo
 
     return demo.run(args)
 

@@ -3,7 +3,6 @@ the key path that holds it (`models.reasoning.backend: no backend named 'gpu9'`)
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from pathlib import Path
@@ -51,7 +50,7 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     api_key_env: str | None = None
     # What the upstream software is: decides which wire extras it understands (vLLM's
     # stop_reason and continuous usage stats) and what the gateway must do itself. Left out:
-    # detected from the backend's /v1/models (backend_kind.py); vllm until the first probe.
+    # detected from the backend's /v1/models (upstream/backend_kind.py); vllm until the first probe.
     kind: BackendKind | None = None
     max_model_len: int | None = None  # default: read from the backend's /v1/models
     queue: Queue = msgspec.field(default_factory=Queue)
@@ -79,10 +78,10 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     max_model_len: int | None = None
     # System turns after the first non-system message: merged into the neighbouring user/tool
     # message (every chat template accepts that), or sent as they are (templates that render
-    # them in place, e.g. Qwen2.5, Llama 3.1). See system_turns.py.
+    # them in place, e.g. Qwen2.5, Llama 3.1). See upstream/system_turns.py.
     system_turns: Literal["merge", "native"] = "merge"
     # Several backends: keep a conversation's turns on one of them, for its prefix cache
-    # (affinity.py); a turn waits at most this much longer there than on the least-loaded one.
+    # (policy/affinity.py); a turn waits at most this much longer there than on the least-loaded one.
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
 
@@ -320,16 +319,3 @@ def load(path: str | os.PathLike) -> Config:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ConfigError([f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}"]) from None
     return parse(raw)
-
-
-def resolve_alias(cfg: Config, name: str) -> str | None:
-    """The configured model a client name means: itself, an exact alias, or the first glob."""
-    if name in cfg.models:
-        return name
-    target = cfg.aliases.get(name)
-    if target is not None:
-        return target
-    for pattern, target in cfg.aliases.items():
-        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
-            return target
-    return None

@@ -12,7 +12,7 @@ import pytest
 from bench.affinity import UPSTREAM, Spec, gateway_config, run_policy
 from gwproc import Gateway
 from stubproc import StubHandle, start_stub
-from homelab_frontend import affinity
+from homelab_frontend.policy import affinity
 
 SPEC = Spec(sessions=8, turns=5, opening_words=600, turn_words=60, prefill_us_per_token=10, think_ms=50)
 

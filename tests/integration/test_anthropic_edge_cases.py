@@ -23,7 +23,7 @@ from aiohttp import web
 
 from conftest import QWEN, standard_config
 from gwproc import Gateway, config_for
-from homelab_frontend.surfaces.anthropic.sse_grammar import check_stream
+from support.anthropic_sse_grammar import check_stream
 from rawhttp import post_raw, sse_events
 from stubproc import free_port
 

@@ -134,7 +134,7 @@ def test_system_string_blocks_and_system_in_messages(client, stubs):
     )
     msgs = vllm.requests()[-1]["body"]["messages"]
     assert msgs[0] == {"role": "system", "content": "You are terse.\n\nAnswer in English."}
-    # the later system turn is merged, wrapped, into the user turn it precedes (system_turns.py)
+    # the later system turn is merged, wrapped, into the user turn it precedes (upstream/system_turns.py)
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[3]["content"] == "<system>\nNow be brief.\n</system>\n\nagain"
     assert "cache_control" not in json.dumps(vllm.requests()[-1]["body"])

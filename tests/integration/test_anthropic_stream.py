@@ -10,7 +10,7 @@ import anthropic
 import pytest
 
 from conftest import QWEN
-from homelab_frontend.surfaces.anthropic.sse_grammar import check_stream
+from support.anthropic_sse_grammar import check_stream
 from rawhttp import post_and_vanish, post_raw, sse_events
 from stubproc import wait_for
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gwproc import Gateway, config_for
-from homelab_frontend.childproc import wait_listening
+from bench.childproc import wait_listening
 from rawhttp import post_raw, sse_data, sse_events
 from stubproc import wait_for
 
@@ -267,7 +267,7 @@ def test_a_vanished_clients_slot_goes_on_only_after_the_upstream_can_have_seen_t
     """Item 8 of issue 14: a freed slot handed on before the upstream noticed the close let the
     upstream run slots + 1 requests for a moment. With one slot, the next request may reach the
     upstream only after the vanished one's connection closed there, plus the release grace."""
-    from homelab_frontend.exchange import RELEASE_GRACE_S
+    from homelab_frontend.request.exchange import RELEASE_GRACE_S
     from rawhttp import post_and_vanish
 
     with Gateway(_config(hostile.base, slots=1)) as gw:

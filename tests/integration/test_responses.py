@@ -12,7 +12,7 @@ import pytest
 
 from conftest import QWEN, standard_config
 from gwproc import Gateway
-from homelab_frontend.surfaces.responses.sse_grammar import check_stream
+from support.responses_sse_grammar import check_stream
 from rawhttp import post_raw
 from stubproc import wait_for
 

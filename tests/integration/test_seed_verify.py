@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from homelab_frontend.childproc import wait_listening
+from bench.childproc import wait_listening
 from stubproc import free_port, wait_for
 
 # No skip when curl is missing: the Verify commands are curl commands (.ci/deps/curl.sh installs it).

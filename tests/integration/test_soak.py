@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from gwproc import Gateway, config_for
-from homelab_frontend.surfaces.anthropic.sse_grammar import check_stream
+from support.anthropic_sse_grammar import check_stream
 from stubproc import start_stub, wait_for
 
 N = int(os.environ.get("HLF_SOAK_REQUESTS", "1000"))

@@ -1,6 +1,6 @@
 """Render what the gateway sends upstream with real chat templates (jinja2), turn by turn.
 
-The measurement behind the default of `system_turns` (src/homelab_frontend/system_turns.py):
+The measurement behind the default of `system_turns` (src/homelab_frontend/upstream/system_turns.py):
 a Claude Code-shaped session (system prompt, a system turn after the first user message, a
 Bash call, its result followed by a `<total_tokens>` system turn, a text answer, a follow-up
 with a system turn of its own) goes through the real Anthropic translator and `build_body`, one
@@ -27,8 +27,8 @@ import msgspec
 
 from homelab_frontend.config import Backend
 from homelab_frontend.surfaces.anthropic.request import parse_request
-from homelab_frontend.surfaces.anthropic.signature import ThinkingSigner
-from homelab_frontend.upstream_request import build_body
+from homelab_frontend.surfaces.signature import ThinkingSigner
+from homelab_frontend.upstream.chat_body import build_body
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 SYSTEM_PROMPT = "You are a coding agent. Follow the user's instructions."

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from homelab_frontend import config as cfgmod
+from homelab_frontend.policy.routing import resolve_alias
 
 GOOD = """
 listen: {host: 127.0.0.1, port: 8080}
@@ -28,9 +29,9 @@ def test_good_config_and_defaults(tmp_path):
     assert cfg.backends["gpu0"].slots == 8
     assert cfg.backends["gpu0"].queue.depth == 32 and cfg.backends["gpu0"].timeouts.total_s is None
     assert cfg.models["small"].backend_names() == ["gpu0"]
-    assert cfgmod.resolve_alias(cfg, "claude-opus-4-8") == "reasoning"
-    assert cfgmod.resolve_alias(cfg, "reasoning") == "reasoning"
-    assert cfgmod.resolve_alias(cfg, "gpt-4") is None
+    assert resolve_alias(cfg, "claude-opus-4-8") == "reasoning"
+    assert resolve_alias(cfg, "reasoning") == "reasoning"
+    assert resolve_alias(cfg, "gpt-4") is None
 
 
 @pytest.mark.parametrize(
@@ -95,8 +96,8 @@ def test_system_turns_per_model_default_merge_and_only_known_values():
 def test_claude_aliases_catch_the_newest_model_names():
     cfg = cfgmod.parse({"backends": {"g": {"url": "http://h/v1"}}, "models": {"r": {"backend": "g"}, "q": {"backend": "g"}},
                         "aliases": {"claude-*haiku*": "q", "claude-*": "r"}})
-    assert cfgmod.resolve_alias(cfg, "claude-opus-5-5") == "r"
-    assert cfgmod.resolve_alias(cfg, "claude-haiku-5-5") == "q"
+    assert resolve_alias(cfg, "claude-opus-5-5") == "r"
+    assert resolve_alias(cfg, "claude-haiku-5-5") == "q"
 
 
 def test_affinity_is_on_by_default_and_off_per_model():

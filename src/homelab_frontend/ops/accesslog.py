@@ -9,7 +9,7 @@ import time
 
 import msgspec
 
-from ..tracker import Tracked
+from ..request.tracker import Tracked
 
 _encode = msgspec.json.Encoder().encode
 

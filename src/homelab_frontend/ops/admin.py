@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-
-def _gw(request: web.Request):
-    from ..server import GATEWAY
-
-    return request.app[GATEWAY]
+from .context import OPS_GATEWAY, OpsGateway
+from .context import gateway as _gw
 
 
 def _forbidden() -> web.Response:
@@ -18,7 +15,7 @@ def _forbidden() -> web.Response:
     )
 
 
-def snapshot(gw) -> dict:
+def snapshot(gw: OpsGateway) -> dict:
     backends = {}
     for name, b in gw.backends.items():
         backends[name] = {  # no URL: internal addresses stay internal
@@ -74,7 +71,8 @@ async def reload_config(request: web.Request) -> web.Response:
     return web.json_response({"reloaded": True})
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, gw: OpsGateway) -> None:
+    app[OPS_GATEWAY] = gw
     app.router.add_get("/admin/requests", list_requests)
     app.router.add_post("/admin/requests/{rid}/cancel", cancel_request)
     app.router.add_post("/admin/reload", reload_config)

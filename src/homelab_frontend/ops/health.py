@@ -8,10 +8,10 @@ import logging
 
 import msgspec
 
-from .. import backend_kind
+from ..upstream import backend_kind
 from ..errors import GatewayError
-from ..routing import BackendState
-from ..upstream import UpstreamClient
+from ..policy.routing import BackendState
+from ..upstream.client import UpstreamClient
 
 log = logging.getLogger("homelab_frontend")
 

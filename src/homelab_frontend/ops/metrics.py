@@ -36,8 +36,10 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from ..config import resolve_alias
-from ..tracker import Tracked
+from ..policy.routing import resolve_alias
+from ..request.tracker import Tracked
+from .context import OPS_GATEWAY, OpsGateway
+from .context import gateway as _gw
 
 RECENT = 100  # finished requests kept for the dashboard
 HISTORY = 180  # one-second throughput samples kept (3 minutes)
@@ -166,7 +168,7 @@ class _Children:
 
 
 class Metrics:
-    def __init__(self, gw) -> None:
+    def __init__(self, gw: OpsGateway) -> None:
         self.gw = gw
         self.requests = _Family(
             "hlf_requests", "Finished requests by dialect, configured model, backend and outcome.",
@@ -357,7 +359,7 @@ def _recent_dict(r: tuple) -> dict:
 class _LiveCollector:
     """Gauges read from the Gateway's live state at scrape time."""
 
-    def __init__(self, gw) -> None:
+    def __init__(self, gw: OpsGateway) -> None:
         self.gw = gw
 
     def collect(self):
@@ -399,12 +401,6 @@ class _LiveCollector:
 # -- routes -------------------------------------------------------------------------------------
 
 
-def _gw(request: web.Request):
-    from ..server import GATEWAY
-
-    return request.app[GATEWAY]
-
-
 async def metrics_endpoint(request: web.Request) -> web.Response:
     gw = _gw(request)
     if not gw.auth.may_read_metrics(request):
@@ -422,21 +418,17 @@ async def stats_endpoint(request: web.Request) -> web.Response:
     return web.json_response(gw.metrics.stats())
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, gw: OpsGateway) -> None:
+    app[OPS_GATEWAY] = gw
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_get("/admin/stats", stats_endpoint)
 
     async def on_startup(app: web.Application) -> None:
-        _gw_of(app).metrics.start()
+        gw.metrics.start()
 
     async def on_cleanup(app: web.Application) -> None:
-        _gw_of(app).metrics.stop()
+        gw.metrics.stop()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
 
-
-def _gw_of(app: web.Application):
-    from ..server import GATEWAY
-
-    return app[GATEWAY]

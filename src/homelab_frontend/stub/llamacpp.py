@@ -15,7 +15,7 @@ build tests/real runs) sends it:
   Ollama-style `models` list; `/metrics` has `llamacpp:requests_processing` /
   `requests_deferred`; `/slots` has `is_processing`; `/tokenize` and `/apply-template` exist;
 - answers carry `Keep-Alive: timeout=5, max=100`, and the server closes the connection after a
-  streamed answer (what made a reused connection fail before any byte, see upstream.py).
+  streamed answer (what made a reused connection fail before any byte, see upstream/client.py).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ from typing import AsyncIterator, Callable
 import aiohttp
 
 from .. import canonical as c
-from ..exchange import Exchange
-from ..stopmatch import StopMatcher
-from ..upstream_decode import ChunkDecoder
-from ..upstream_read import UpstreamTooLarge
+from ..request.exchange import Exchange
+from ..upstream.stopmatch import StopMatcher
+from ..upstream.decode import ChunkDecoder
+from ..upstream.read import UpstreamTooLarge
 
 CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
 
@@ -20,9 +20,9 @@ CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
 class Midstream(Exception):
     """The upstream failed after the answer started."""
 
-    def __init__(self, message: str, outcome: str = "error_upstream_midstream") -> None:
+    def __init__(self, message: str, kind: str = "upstream_midstream") -> None:
         super().__init__(message)
-        self.outcome = outcome
+        self.kind = kind  # the outcome's kind (request/outcome.py)
 
 
 async def stream_events(
@@ -58,7 +58,7 @@ async def stream_events(
                 ex.complete = True
                 return
     except UpstreamTooLarge as err:
-        raise Midstream(err.message, "error_upstream_too_large") from None
+        raise Midstream(err.message, "upstream_too_large") from None
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         raise Midstream("the backend closed the connection mid-stream") from None
     raise Midstream("the backend ended the stream without finishing it")

@@ -1,6 +1,6 @@
 """The Anthropic Messages surface: POST /llm/v1/messages (plain and streaming) and
 /llm/v1/messages/count_tokens. Glue only: parsing is in request.py, the stream grammar in
-stream.py, whole-message assembly in response.py, upstream chunk decoding in upstream_decode.py.
+stream.py, whole-message assembly in response.py, upstream chunk decoding in upstream/decode.py.
 
 While a streaming request waits for a slot, no response headers are sent yet: a refusal can then
 still be a proper 529 with Retry-After, which clients (Claude Code included) retry on. Once the
@@ -17,15 +17,15 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
-from ...affinity import session_key
-from ...chat import open_chat
+from ...policy.affinity import session_key
+from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
-from ...exchange import Exchange
-from ...prompt_count import count_prompt
-from ...stopmatch import StopMatcher
-from ...tracker import GENERATING, Tracked
-from ...upstream_decode import Malformed, decode_completion
-from ...upstream_request import build_body
+from ...request.exchange import Exchange
+from ...upstream.prompt_count import count_prompt
+from ...upstream.stopmatch import StopMatcher
+from ...request.tracker import GENERATING, Tracked
+from ...upstream.decode import Malformed, decode_completion
+from ...upstream.chat_body import build_body
 from ..body import decode_object
 from ..upstream_events import Midstream as _Midstream
 from ..upstream_events import gateway_stops as _gateway_stops
@@ -33,6 +33,7 @@ from ..upstream_events import stream_events as _stream_events
 from .request import parse_request
 from .response import MessageAssembler, new_message_id
 from .stream import AnthropicStreamEncoder
+from ..context import Gateway
 
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
@@ -46,7 +47,7 @@ def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
     return max(1, (len(body) - images) // 4)
 
 
-async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     body = await gw.read_body(request)
     req = await gw.parse(body, lambda b: parse_request(b, signer=gw.signer))
     t.model, t.stream = req.model, req.stream
@@ -76,8 +77,7 @@ async def messages(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         try:
             await _relay(upstream, ex, t, enc, out, matcher)
         except GatewayError as err:  # our own timeout or cancel, after the stream started
-            if t.outcome == "ok":
-                t.outcome = f"error_{err.kind}"
+            t.fail(err.kind)
             await out.write(enc.fail("timeout_error" if err.kind == "timeout" else "api_error", err.message))
         await out.write_eof()
         await ex.drain()
@@ -115,7 +115,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                     await ex.send(out, enc.ping())
                     quiet_since = now
             if enc.ended:
-                t.outcome = "error_upstream_midstream"
+                t.fail("upstream_midstream", override=True)
                 return
         if enc.output_tokens is None:
             # the gateway stopped the generation (a stop sequence) before the upstream reported
@@ -123,7 +123,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
             enc.feed(c.Usage(output_tokens=t.tokens_out))
         await out.write(enc.finish())
     except _Midstream as err:
-        t.outcome = err.outcome
+        t.fail(err.kind, override=True)
         await out.write(enc.fail("api_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
@@ -160,7 +160,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
                         counted += 1
                     asm.feed(ev)
         except _Midstream as err:
-            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
             raise GatewayError(kind, str(err)) from None
     result = asm.result()
     usage = result["usage"]
@@ -178,9 +178,9 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
     return result
 
 
-async def count_tokens(request: web.Request, gw, t: Tracked) -> web.Response:
+async def count_tokens(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     """A real count from the backend's tokenizer (vLLM, llama.cpp: chat template and tools
-    included, prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
+    included, upstream/prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
     an estimate (README: count_tokens)."""
     body = await gw.read_body(request)
 

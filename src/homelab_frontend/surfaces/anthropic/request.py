@@ -94,7 +94,7 @@ import msgspec
 
 from ... import canonical as c
 from ...errors import GatewayError
-from .signature import ThinkingSigner
+from ..signature import ThinkingSigner
 
 __all__ = ["parse_request"]
 

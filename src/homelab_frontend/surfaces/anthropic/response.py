@@ -63,50 +63,16 @@ Errors
 
 from __future__ import annotations
 
-import re
-import secrets
-import string
 from typing import Any
 
 import msgspec
 
 from ... import canonical as c
 from ...errors import GatewayError
-from .signature import ThinkingSigner
+from ..signature import ThinkingSigner
+from .rules import STOP_REASONS, new_message_id, new_tool_use_id, tool_use_id
 
 __all__ = ["MessageAssembler", "new_message_id", "new_tool_use_id"]
-
-_BASE62 = string.ascii_letters + string.digits
-# byte -> base62 character. 256 is not a multiple of 62, so eight characters are a little more
-# likely (5/256 against 4/256): 24 of them still carry over 140 random bits, and one getrandom
-# call replaces the 24 that secrets.choice made (one per character, on every request).
-_TO_BASE62 = bytes(ord(_BASE62[i % 62]) for i in range(256))
-
-
-def _random_suffix(n: int = 24) -> str:
-    return secrets.token_bytes(n).translate(_TO_BASE62).decode()
-
-
-def new_message_id() -> str:
-    """`msg_` + 24 random base62 characters."""
-    return "msg_" + _random_suffix()
-
-
-def new_tool_use_id() -> str:
-    """`toolu_` + 24 random base62 characters."""
-    return "toolu_" + _random_suffix()
-
-
-_VALID_TOOL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}").fullmatch
-
-_STOP_REASONS: dict[str, str] = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "stop_sequence": "stop_sequence",
-    "content_filter": "refusal",
-}
-
 
 class _Tool:
     __slots__ = ("id", "name", "fragments")
@@ -195,7 +161,7 @@ class MessageAssembler:
         elif finish.reason == "stop" and has_tools:
             stop_reason = "tool_use"
         else:
-            stop_reason = _STOP_REASONS.get(finish.reason, "end_turn")
+            stop_reason = STOP_REASONS.get(finish.reason, "end_turn")
         stop_sequence = (
             finish.stop_sequence
             if finish is not None and finish.reason == "stop_sequence"
@@ -249,9 +215,7 @@ class MessageAssembler:
                 if v:
                     content.append({"type": "text", "text": v})
             else:
-                ok = v.id and _VALID_TOOL_ID(v.id) and v.id not in seen_ids
-                tool_id = v.id if ok else new_tool_use_id()
-                seen_ids.add(tool_id)
+                tool_id = tool_use_id(v.id, seen_ids)
                 content.append(
                     {
                         "type": "tool_use",

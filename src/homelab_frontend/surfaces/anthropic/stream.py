@@ -79,7 +79,7 @@ Choices (and why)
   upstream model's chat template may check the ids it generated when the history comes back
   (Mistral templates require their own 9-char ids); clients only echo ids back. Otherwise (none,
   invalid characters, or an id already used in this message: tool_result pairing needs unique
-  ids) a fresh `toolu_<24 hex>` is generated.
+  ids) a fresh `toolu_<24 base62>` is generated (rules.py, shared with response.py).
 * input_tokens (Anthropic meaning: uncached prompt tokens) = prompt_tokens - cached tokens when the
   upstream reported cached tokens, else prompt_tokens. `cache_read_input_tokens` is sent only
   when the upstream reported a cached count; `cache_creation_input_tokens` never (we would have to
@@ -107,8 +107,6 @@ Choices (and why)
 
 from __future__ import annotations
 
-import re
-import secrets
 from typing import Callable, Union
 
 import msgspec
@@ -123,7 +121,8 @@ from ...canonical import (
     UpstreamError,
     Usage,
 )
-from .signature import ThinkingSigner
+from ..signature import ThinkingSigner
+from .rules import STOP_REASONS, new_tool_use_id, tool_use_id
 
 __all__ = ["AnthropicStreamEncoder", "STOP_REASONS"]
 
@@ -236,26 +235,11 @@ _MESSAGE_STOP_FRAME = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 _PING_FRAME = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 _TEXT_BLOCK = _TextBlock()
-# content_block_delta frames spelled out (see `_delta`); tests/unit/test_hot_path.py holds them
+# content_block_delta frames spelled out (see `_delta`); tests/unit/surfaces/anthropic/test_hot_path.py holds them
 # byte for byte to what encoding a _BlockDelta gives
 _DELTA_HEAD = _BLOCK_DELTA + b'{"type":"content_block_delta","index":'
 _DELTA_TAIL = b"}}" + _END
 _THINKING_BLOCK = _ThinkingBlock()
-
-STOP_REASONS = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "stop_sequence": "stop_sequence",
-    "content_filter": "refusal",
-}
-
-_VALID_TOOL_ID = re.compile(r"[A-Za-z0-9_-]{1,128}").fullmatch
-
-
-def _new_tool_id() -> str:
-    return "toolu_" + secrets.token_hex(12)
-
 
 # ---------------------------------------------------------------------------------------------
 # The state machine
@@ -353,7 +337,7 @@ class AnthropicStreamEncoder:
         model: str,
         signer: ThinkingSigner,
         input_tokens: int | None = None,
-        new_tool_id: Callable[[], str] = _new_tool_id,
+        new_tool_id: Callable[[], str] = new_tool_use_id,
         hide_reasoning: bool = False,
     ) -> None:
         self.message_id = message_id
@@ -528,10 +512,7 @@ class AnthropicStreamEncoder:
             cb = _THINKING_BLOCK
             self._mac = self._signer.begin()
         else:
-            tool_id = event.id
-            if not (tool_id and _VALID_TOOL_ID(tool_id)) or tool_id in self._tool_ids:
-                tool_id = self._new_tool_id()
-            self._tool_ids.add(tool_id)
+            tool_id = tool_use_id(event.id, self._tool_ids, self._new_tool_id)
             cb = _ToolUseBlock(tool_id, event.name)
             self._tool_index = event.index
             self._tool_has_args = False

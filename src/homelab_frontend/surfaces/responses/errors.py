@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ...chat import context_refusal
+from ...request.context_clamp import context_refusal
 from ...errors import GatewayError
-from ..openai_errors import render_error as render_openai
+from ..openai.errors import render_error as render_openai
 
 __all__ = ["render_error", "failure_code", "is_context_error"]
 

@@ -20,13 +20,13 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
-from ... import limits
-from ...chat import open_chat
+from ...policy import limits
+from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
-from ...affinity import session_key
-from ...exchange import Exchange
-from ...tracker import GENERATING, Tracked
-from ...upstream_decode import Malformed, decode_completion
+from ...policy.affinity import session_key
+from ...request.exchange import Exchange
+from ...request.tracker import GENERATING, Tracked
+from ...upstream.decode import Malformed, decode_completion
 from ..upstream_events import Midstream, stream_events
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
@@ -34,6 +34,7 @@ from .response import base_response, new_id
 from .sealed import ReasoningSealer
 from .store import Record, RedisStore, SqliteStore
 from .stream import ResponsesStreamEncoder
+from ..context import Gateway
 
 log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
@@ -44,7 +45,7 @@ _GENERATED = (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)
 class State:
     """The surface's share of the gateway: the reasoning sealer and the response store."""
 
-    def __init__(self, gw) -> None:
+    def __init__(self, gw: Gateway) -> None:
         self.sealer = ReasoningSealer(gw.signer)
         cfg = gw.cfg.responses.store
         self.store = RedisStore(cfg, gw.cluster.client) if gw.cluster is not None else SqliteStore(cfg)
@@ -112,7 +113,7 @@ async def _whole_events(ex: Exchange, req: c.Request, t: Tracked) -> list[c.Even
         try:
             return [ev async for events in stream_events(upstream, ex, None) for ev in events]
         except Midstream as err:
-            kind = "upstream_too_large" if err.outcome == "error_upstream_too_large" else "upstream_error"
+            kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
             raise GatewayError(kind, str(err)) from None
     upstream = await open_chat(ex, req, stream=False)
     raw = await ex.client.read_all(upstream)
@@ -124,7 +125,7 @@ async def _whole_events(ex: Exchange, req: c.Request, t: Tracked) -> list[c.Even
         raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
 
 
-async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
+async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     state: State = gw.responses
     body = await gw.read_body(request)
     parsed = await gw.parse(body, lambda b: _parse(b, gw.cfg.limits, state.sealer))
@@ -170,8 +171,7 @@ async def create(request: web.Request, gw, t: Tracked) -> web.StreamResponse:
         try:
             await _relay(upstream, ex, t, enc, out, keep)
         except GatewayError as err:  # our own timeout or cancel, after the stream started
-            if t.outcome == "ok":
-                t.outcome = f"error_{err.kind}"
+            t.fail(err.kind)
             await out.write(enc.fail(failure_code(err), err.message))
         await out.write_eof()
         await ex.drain()
@@ -188,7 +188,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
                 frames.append(enc.feed(ev))
             await ex.send(out, b"".join(frames))
             if enc.ended:
-                t.outcome = "error_upstream_midstream"
+                t.fail("upstream_midstream", override=True)
                 _count(t, enc)
                 return
         _count(t, enc)
@@ -196,7 +196,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
         await keep()
         await out.write(tail)
     except Midstream as err:
-        t.outcome = err.outcome
+        t.fail(err.kind, override=True)
         await out.write(enc.fail("server_error", str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
@@ -205,7 +205,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder
         raise err from None
 
 
-async def retrieve(request: web.Request, gw, t: Tracked) -> web.Response:
+async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     principal = gw.auth.admit(request, None, "responses")
     resp_id = request.match_info["id"]
     rec = await _load(gw.responses, resp_id, _owner(principal), None)
@@ -215,7 +215,7 @@ async def retrieve(request: web.Request, gw, t: Tracked) -> web.Response:
     return web.Response(body=_encode(rec.response), content_type="application/json", headers=gw.headers(t))
 
 
-async def delete(request: web.Request, gw, t: Tracked) -> web.Response:
+async def delete(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     principal = gw.auth.admit(request, None, "responses")
     resp_id = request.match_info["id"]
     try:

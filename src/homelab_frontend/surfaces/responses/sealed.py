@@ -23,7 +23,7 @@ import hashlib
 import hmac
 import os
 
-from ..anthropic.signature import ThinkingSigner
+from ..signature import ThinkingSigner
 
 _PREFIX = "hlfr1."
 _NONCE = 16

@@ -82,7 +82,16 @@ from typing import Callable
 
 import msgspec
 
-from ...canonical import Event, Finish, ReasoningDelta, TextDelta, ToolArgsDelta, ToolCallStart, UpstreamError, Usage
+from ...canonical import (
+    Event,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolArgsDelta,
+    ToolCallStart,
+    UpstreamError,
+    Usage,
+)
 from . import response as r
 from .sealed import ReasoningSealer
 

@@ -1,0 +1,742 @@
+"""Slot pools shared by gateway replicas through Redis (the `cluster:` config section).
+
+Theory of operation
+-------------------
+Per backend, one sorted set `hlf:slots:<backend>` holds the slots in use by every replica: one
+member per held slot, `<replica>:<request id>`, scored by its expiry in milliseconds of the Redis
+server's own clock (`TIME`), so the replicas' clocks never matter. Taking a slot is one Lua script
+(drop expired leases, count, add if under the limit), so two replicas can never both take the last
+slot. Giving one back is `ZREM` plus a `PUBLISH` on `hlf:free:<backend>`.
+
+Leases. A replica renews what it holds every `lease_s / 3`. A replica that dies (`kill -9`, a
+power cut) stops renewing, and its slots expire within `lease_s` for the others to take.
+
+Waiting. Each replica keeps its own bounded fair queue (the one in `slots.SlotPool`) and one
+granter task per backend that, while anybody waits, tries to take a slot for the head of the queue.
+It retries when a slot is given back anywhere (pub/sub), and every POLL_S in any case, because
+pub/sub delivers at most once and a lease that *expired* sends no message.
+
+Losing Redis. A replica that cannot reach Redis cannot tell whether Redis is gone for everybody (a
+restart) or only for itself (a partition, while the others go on handing out slots). So:
+- new requests are refused at once with the overload error (queued ones too): no slot can be
+  taken without Redis, and waiting for one would only hide the outage;
+- requests already holding a slot keep running while their leases are still valid by the
+  replica's own monotonic clock, counted from when the last successful renewal was *sent* (Redis
+  stamped it later, so its expiry is never earlier). A request whose lease would run out before
+  Redis is back is stopped with an error a little before that moment: after it, another replica
+  may legitimately have its slot, and the backend must never run more than `slots`;
+- on reconnect the replica re-registers the leases of the requests still running.
+
+Redis that comes back empty (restarted without persistence, or brand new) has forgotten every
+lease. The first script to run then writes an epoch key holding `now + lease_s`; until that moment
+no new slot is granted, but re-registrations are accepted. Every replica that holds a slot either
+re-registers it or stops its request before its old lease ends, which is before the epoch's grace
+ends, so when new grants resume the set is complete again. The price: a Redis that starts empty
+grants nothing for one `lease_s` (queued requests wait that long; see the README).
+
+Every Redis call is bounded by a short timeout (retried at most once, on a fresh connection,
+within that bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections import Counter
+from typing import Any, Iterable, Protocol
+from urllib.parse import urlsplit
+
+from .. import config as cfgmod
+from ..errors import GatewayError
+from .slots import SlotPool, _Waiter
+
+log = logging.getLogger("homelab_frontend.cluster")
+
+
+class Tracked(Protocol):
+    """The request a lease is taken for (request.tracker.Tracked): its id names the lease, and a
+    lost lease cancels it. Declared here: admission does not import the request layer."""
+
+    id: str
+    task: asyncio.Task | None
+
+    def cancel(self, reason: str, message: str = "") -> bool: ...
+
+
+Tracker = Iterable[Tracked]  # every request in flight (request.tracker.Tracker)
+
+PREFIX = "hlf"
+EPOCH_KEY = f"{PREFIX}:epoch"
+FREE_PATTERN = f"{PREFIX}:free:*"
+POLL_S = 0.25  # a waiting replica re-checks this often even without a pub/sub message
+RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
+RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
+
+
+def leases_key(backend: str) -> str:
+    return f"{PREFIX}:slots:{backend}"
+
+
+def free_channel(backend: str) -> str:
+    return f"{PREFIX}:free:{backend}"
+
+
+# -- the scripts --------------------------------------------------------------------------------
+# KEYS[1] is a backend's lease set, KEYS[2] (where used) the epoch key. Times are ms of Redis's TIME.
+
+_CLOCK = """
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function grace_left(now, lease)
+  local g = redis.call('GET', KEYS[2])
+  if not g then
+    redis.call('SET', KEYS[2], string.format('%d', now + lease))
+    return lease
+  end
+  local left = tonumber(g) - now
+  if left > 0 then return left end
+  return 0
+end
+"""
+
+# ARGV: lease_ms, limit, member -> {taken 0/1, slots in use, grace ms left}
+# Idempotent (a member already in the set is simply held), so a call retried after a dropped
+# connection cannot take two slots or mistake its own slot for somebody else's.
+ACQUIRE = _CLOCK + """
+local now = clock()
+local lease = tonumber(ARGV[1])
+local grace = grace_left(now, lease)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
+  return {1, n, 0}
+end
+if grace > 0 then return {0, n, grace} end
+if n < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
+  return {1, n + 1, 0}
+end
+return {0, n, 0}
+"""
+
+# ARGV: channel, member... -> how many were given back. The message carries the count left in
+# use, so every replica's view of the backend's load is fresh without asking.
+RELEASE = """
+local freed = 0
+for i = 2, #ARGV do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
+if freed > 0 then redis.call('PUBLISH', ARGV[1], redis.call('ZCARD', KEYS[1])) end
+return freed
+"""
+
+# ARGV: lease_ms, limit, channel, n_drop, drop..., renew...
+# -> {grace ms left, lost members, re-added members, every live member}
+# A member still in the set is extended. A missing one (Redis lost it, or it expired) is added
+# back during an epoch's grace (every holder is re-registering then), or when there is room; when
+# there is none it is lost and its request must stop.
+RENEW = _CLOCK + """
+local now = clock()
+local lease = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local grace = grace_left(now, lease)
+local ndrop = tonumber(ARGV[4])
+local freed = 0
+for i = 5, 4 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local lost, readded = {}, {}
+for i = 5 + ndrop, #ARGV do
+  local m = ARGV[i]
+  if redis.call('ZSCORE', KEYS[1], m) then
+    redis.call('ZADD', KEYS[1], now + lease, m)
+  elseif grace > 0 or redis.call('ZCARD', KEYS[1]) < limit then
+    redis.call('ZADD', KEYS[1], now + lease, m)
+    readded[#readded + 1] = m
+  else
+    lost[#lost + 1] = m
+  end
+end
+if freed > 0 then redis.call('PUBLISH', ARGV[3], redis.call('ZCARD', KEYS[1])) end
+return {grace, lost, readded, redis.call('ZRANGE', KEYS[1], 0, -1)}
+"""
+
+# -> {now ms, {member, expiry ms, ...}} of the live leases, read-only (for the admin view)
+VIEW = _CLOCK + """
+local now = clock()
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'WITHSCORES')}
+"""
+
+
+def replica_of(member: str) -> str:
+    return member.rsplit(":", 1)[0]
+
+
+def describe_url(url: str) -> str:
+    """The Redis URL without credentials, for logs and the admin view."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or "localhost"
+    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path or ''}"
+
+
+# -- the registry: one per gateway process ------------------------------------------------------
+
+
+class Registry:
+    """This process's link to the shared slot state: the Redis client, the pub/sub listener, lease
+    renewal, reconnection, and stopping requests whose leases can no longer be vouched for."""
+
+    def __init__(self, cfg: cfgmod.Cluster, tracker: Tracker) -> None:
+        try:
+            import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import RedisError
+        except ImportError:
+            raise cfgmod.ConfigError([
+                "cluster: needs the redis client library; install it with "
+                "pip install 'homelab-frontend[redis]'"
+            ]) from None
+        self.cfg = cfg
+        self.tracker = tracker
+        self.replica = cfg.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.lease_s = cfg.lease_s
+        self.lease_ms = max(1, int(cfg.lease_s * 1000))
+        self.op_timeout = max(0.2, min(1.0, cfg.lease_s / 4))
+        # stop a request this long before its lease could end, for the stop itself to land
+        self.margin = min(0.5, cfg.lease_s / 10)
+        self.where = describe_url(cfg.redis_url)
+        self._errors = (RedisError, OSError, TimeoutError)
+        self.client = aioredis.from_url(
+            cfg.redis_url,
+            decode_responses=True,
+            socket_timeout=self.op_timeout,
+            socket_connect_timeout=self.op_timeout,
+            # One immediate retry on a fresh connection: a pooled connection may predate a Redis
+            # restart. Every script is idempotent, and `call` bounds the whole attempt anyway.
+            retry=Retry(NoBackoff(), 1),
+        )
+        self._acquire = self.client.register_script(ACQUIRE)
+        self._release = self.client.register_script(RELEASE)
+        self._renew = self.client.register_script(RENEW)
+        self._view = self.client.register_script(VIEW)
+        self.pools: dict[str, RedisSlotPool] = {}
+        self.ok = False  # Redis answered the last call; new slots can be taken
+        self.down_since: float | None = None
+        self.last_error: str | None = None
+        self.grace_until: float | None = None  # loop time when a fresh epoch's grace ends
+        self._tasks: set[asyncio.Task] = set()
+        self._maintainer: asyncio.Task | None = None
+        self._listener: asyncio.Task | None = None
+        self._fencer: asyncio.Task | None = None
+        self._went_down = asyncio.Event()
+        self._closed = False
+
+    def pool(self, name: str, slots: int, depth: int, timeout_s: float) -> "RedisSlotPool":
+        pool = RedisSlotPool(name, slots, depth, timeout_s, self)
+        self.pools[name] = pool
+        return pool
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """First contact (bounded), then the background tasks. Starts even when Redis is down:
+        the replica then refuses new work until Redis answers."""
+        await self._reconnect()
+        if not self.ok:
+            log.warning("cluster: Redis at %s is unreachable (%s); new requests are refused until it is back",
+                        self.where, self.last_error)
+        else:
+            log.info("cluster: replica %r sharing slots through Redis at %s (lease %g s)",
+                     self.replica, self.where, self.lease_s)
+        self._maintainer = self.spawn(self._maintain())
+        self._listener = self.spawn(self._listen())
+
+    async def close(self) -> None:
+        """Shutdown: give back every slot still held (the requests are over by now) and close."""
+        self._closed = True
+        for task in (self._maintainer, self._listener, self._fencer):
+            if task is not None:
+                task.cancel()
+        for pool in self.pools.values():
+            pool._stop(GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5))
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=2 * self.op_timeout)
+        for pool in self.pools.values():
+            members = [*pool._held, *pool._dangling]
+            if members:
+                try:
+                    await self.call(self._release, [pool.key], [pool.channel, *members])
+                except GatewayError:
+                    pass  # unreachable: the leases expire within lease_s anyway
+        closer = getattr(self.client, "aclose", None) or self.client.close
+        try:
+            await asyncio.wait_for(closer(), self.op_timeout)
+        except (*self._errors, asyncio.TimeoutError):
+            pass
+
+    def spawn(self, coro) -> asyncio.Task:
+        """A task owned by the registry, not by any request: a release scheduled from inside a
+        cancelled request's cleanup still runs to the end."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- calls --------------------------------------------------------------------------------
+
+    async def call(self, script, keys: list[str], args: list[Any]) -> Any:
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                return await script(keys=keys, args=args)
+        except self._errors as err:
+            self._mark_down(err)
+            raise self.unreachable() from None
+
+    def unreachable(self) -> GatewayError:
+        return GatewayError(
+            "overloaded",
+            "the gateway cannot reach its cluster's slot registry (Redis) to take a slot for this "
+            "request; try again shortly",
+            retry_after=RETRY_AFTER_S,
+        )
+
+    def _mark_down(self, err: BaseException) -> None:
+        self.last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+        if self.ok:
+            log.warning("cluster: lost Redis at %s (%s): refusing new requests, running ones keep their "
+                        "slots for up to %g s", self.where, self.last_error, self.lease_s)
+        self.ok = False
+        self._went_down.set()
+        if self.down_since is None:
+            self.down_since = asyncio.get_running_loop().time()
+        for pool in self.pools.values():
+            pool._fail_waiters(self.unreachable())
+        if not self._closed and (self._fencer is None or self._fencer.done()):
+            self._fencer = self.spawn(self._fence_loop())
+
+    def note_grace(self, grace_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        if grace_ms > 0:
+            if self.grace_until is None or self.grace_until < loop.time():
+                log.warning("cluster: Redis holds no lease records (new or restarted empty): no new slot is "
+                            "granted for %.1f s while replicas re-register the slots they hold", grace_ms / 1000)
+            self.grace_until = loop.time() + grace_ms / 1000
+        else:
+            self.grace_until = None
+
+    def request_for(self, task: asyncio.Task | None) -> Tracked | None:
+        if task is None:
+            return None
+        for t in self.tracker:
+            if t.task is task:
+                return t
+        return None
+
+    # -- background ---------------------------------------------------------------------------
+
+    async def _maintain(self) -> None:
+        """Renew every lease_s / 3 while Redis answers; once it does not, try again every
+        RECONNECT_S. Only a full successful round (`_reconnect`) lets new work in again."""
+        while True:
+            if self.ok:
+                self._went_down.clear()
+                try:
+                    async with asyncio.timeout(self.lease_s / 3):
+                        await self._went_down.wait()
+                except TimeoutError:
+                    await self._renew_all()
+                    continue
+            await asyncio.sleep(RECONNECT_S)
+            await self._reconnect()
+
+    async def _renew_all(self) -> bool:
+        for pool in list(self.pools.values()):
+            try:
+                await pool._renew()
+            except GatewayError:
+                return False
+        return True
+
+    async def _reconnect(self) -> None:
+        was_down = self.down_since is not None
+        if was_down:  # idle pooled connections may predate a Redis restart: start afresh
+            try:
+                await asyncio.wait_for(self.client.connection_pool.disconnect(), self.op_timeout)
+            except (*self._errors, asyncio.TimeoutError):
+                pass
+        if await self._renew_all():  # the first call re-registers whatever is still running
+            self.ok = True
+            if was_down:
+                held = sum(len(p._held) for p in self.pools.values())
+                log.warning("cluster: Redis at %s is back after %.1f s; %d held slots re-registered",
+                            self.where, asyncio.get_running_loop().time() - self.down_since, held)
+            self.down_since = None
+            self.last_error = None
+
+    async def _listen(self) -> None:
+        """Wake the local granters when a slot is given back anywhere. Best effort: the granters
+        also poll, so a lost message or a dead subscription only costs latency."""
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                async with asyncio.timeout(self.op_timeout):
+                    await pubsub.psubscribe(FREE_PATTERN)
+                while True:
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if msg and msg.get("type") == "pmessage":
+                        pool = self.pools.get(str(msg["channel"])[len(FREE_PATTERN) - 1:])
+                        if pool is not None:
+                            pool._wake.set()
+                            try:
+                                pool.in_use = int(msg["data"])
+                            except (TypeError, ValueError):
+                                pass
+            except Exception as err:  # noqa: BLE001 - best effort, and it must not die
+                if not isinstance(err, self._errors):
+                    log.warning("cluster: pub/sub listener: %r; polling meanwhile", err)
+                await asyncio.sleep(RECONNECT_S)
+            finally:
+                closer = getattr(pubsub, "aclose", None) or pubsub.reset
+                try:
+                    await asyncio.wait_for(closer(), self.op_timeout)
+                except (*self._errors, asyncio.TimeoutError):
+                    pass
+
+    async def _fence_loop(self) -> None:
+        """While Redis is unreachable, stop each request just before its lease could expire."""
+        loop = asyncio.get_running_loop()
+        while not self.ok and not self._closed:
+            now = loop.time()
+            soonest = now + 1.0
+            for pool in list(self.pools.values()):
+                for member, h in list(pool._held.items()):
+                    if not h.bound or h.fenced:
+                        continue
+                    deadline = h.valid_from + self.lease_s - self.margin
+                    if now >= deadline:
+                        pool._fence(member, "Redis stayed unreachable for longer than the slot lease "
+                                            f"(cluster.lease_s = {self.lease_s:g} s)")
+                    else:
+                        soonest = min(soonest, deadline)
+            await asyncio.sleep(max(0.01, min(soonest - now, RECONNECT_S)))
+
+    # -- the admin view -----------------------------------------------------------------------
+
+    async def view(self) -> dict:
+        """Cluster-wide slot use, read from Redis now: per backend, who holds what. While Redis is
+        unreachable: what was last seen, without waiting on Redis (`leases` is then null)."""
+        backends: dict[str, dict] = {}
+        for name, pool in list(self.pools.items()):
+            leases = None
+            if self.ok:
+                try:
+                    now, flat = await self.call(self._view, [pool.key], [])
+                except GatewayError:
+                    pass
+                else:
+                    leases = []
+                    for member, score in zip(flat[::2], flat[1::2]):
+                        replica, _, request = member.rpartition(":")
+                        leases.append({"replica": replica, "request": request,
+                                       "expires_in_s": round((float(score) - float(now)) / 1000, 3)})
+                    pool._seen(flat[::2])
+            backends[name] = {"slots": pool.slots, "in_use": pool.in_use, "held_here": pool.held,
+                              "replicas": {r: n for r, n in sorted(pool.holders.items()) if n},
+                              "leases": leases}
+        loop = asyncio.get_running_loop()
+        return {
+            "replica": self.replica,  # no Redis address: internal addresses stay internal
+            "reachable": self.ok,
+            "down_for_s": None if self.down_since is None else round(loop.time() - self.down_since, 3),
+            "last_error": self.last_error,
+            "grace_s": self.grace_s(),  # a fresh epoch: no new slot is granted for this long
+            "lease_s": self.lease_s,
+            "backends": backends,
+        }
+
+    def grace_s(self) -> float | None:
+        if self.grace_until is None:
+            return None
+        left = self.grace_until - asyncio.get_running_loop().time()
+        return round(left, 3) if left > 0 else None
+
+
+# -- the pool -------------------------------------------------------------------------------------
+
+
+class _Holder:
+    __slots__ = ("task", "tracked", "valid_from", "bound", "fenced")
+
+    def __init__(self, task: asyncio.Task | None, tracked: Tracked | None, sent_at: float) -> None:
+        self.task = task
+        self.tracked = tracked
+        # loop time the last take or renewal that covered it was *sent*: Redis stamped it later,
+        # so the lease ends no earlier than valid_from + lease_s
+        self.valid_from = sent_at
+        self.bound = False  # the take succeeded and the slot is the request's
+        self.fenced = False
+
+
+class _RWaiter(_Waiter):
+    __slots__ = ("task", "tracked")
+
+
+class RedisSlotPool(SlotPool):
+    """A `SlotPool` whose slots live in Redis. The queue (fairness, priority, depth, timeout,
+    Retry-After) is the base class's; only taking and giving back differ, and they are async.
+
+    `in_use` is the cluster-wide count as last seen (every take, every renewal, and each admin
+    view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
+    check see the backend's real load; `held` is this replica's share."""
+
+    def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: Registry) -> None:
+        super().__init__(name, slots, depth, timeout_s)
+        self.reg = registry
+        self.key = leases_key(name)
+        self.channel = free_channel(name)
+        self.holders: Counter[str] = Counter()  # replica -> slots, as last seen
+        self._held: dict[str, _Holder] = {}  # member -> holder; what this replica renews
+        self._by_task: dict[asyncio.Task, list[str]] = {}
+        self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
+        self._wake = asyncio.Event()
+        self._granter: asyncio.Task | None = None
+        self._seq = itertools.count()
+
+    @property
+    def held(self) -> int:
+        return sum(1 for h in self._held.values() if h.bound)
+
+    # Never granted synchronously: the base class's sync paths (release, resize) find no slot.
+    def _try_take(self) -> bool:
+        return False
+
+    def _give_back(self) -> None:
+        pass
+
+    # -- admission ----------------------------------------------------------------------------
+
+    async def acquire(self, key: str = "", priority: int = 0) -> None:
+        if not self.reg.ok:
+            raise self.reg.unreachable()
+        task = asyncio.current_task()
+        tracked = self.reg.request_for(task)
+        if self.queued == 0:
+            member = await self._take(task, tracked)
+            if member is not None:
+                return
+        if self.queued >= self.depth:
+            raise GatewayError(
+                "overloaded",
+                f"backend {self.name!r} is busy: all {self.slots} slots in use across the cluster and "
+                f"{self.queued} requests already waiting here (queue depth {self.depth})",
+                retry_after=self.retry_after(),
+            )
+        waiter = _RWaiter(asyncio.get_running_loop().create_future(), key, priority)
+        waiter.task, waiter.tracked = task, tracked
+        self._enqueue(waiter)
+        if self._granter is None or self._granter.done():
+            self._granter = self.reg.spawn(self._grant_loop())
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await waiter.fut
+        except TimeoutError:
+            if _granted(waiter.fut):
+                return  # granted in the same tick the deadline passed: keep it
+            self._forget(waiter)
+            raise self.waited_too_long() from None
+        except GatewayError:
+            raise  # failed by the granter (Redis went away); already out of the queue
+        except BaseException:
+            if _granted(waiter.fut):
+                self.release()  # granted, but the caller went away before using it
+            else:
+                self._forget(waiter)
+            raise
+
+    def release(self, held_s: float | None = None) -> None:
+        """Immediate for the caller: the slot leaves this replica's books now and the Redis call
+        runs in a task of its own (if it fails, the lease is no longer renewed and expires)."""
+        if held_s is not None:
+            self._hold_s += 0.2 * (held_s - self._hold_s)
+        task = asyncio.current_task()
+        members = self._by_task.get(task) if task is not None else None
+        if members:
+            member = members[-1]
+        else:  # not the task that took it: give back any bound slot
+            member = next((m for m, h in self._held.items() if h.bound), None)
+            if member is None:
+                return
+        self._drop(member)
+        self.in_use = max(0, self.in_use - 1)
+        self._wake.set()
+
+    def resize(self, slots: int, depth: int, timeout_s: float) -> None:
+        self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
+        self._wake.set()
+
+    # -- taking and giving back ---------------------------------------------------------------
+
+    def _member(self, tracked: Tracked | None) -> str:
+        # Never reused: a release's ZREM may still be on its way, and two holders of one member
+        # would count as one slot. Request ids are new per request and a request is admitted once.
+        if tracked is None:
+            return f"{self.reg.replica}:lease-{next(self._seq)}"
+        member = f"{self.reg.replica}:{tracked.id}"
+        if member in self._held or member in self._dangling:
+            member = f"{member}-{next(self._seq)}"
+        return member
+
+    async def _take(self, task: asyncio.Task | None, tracked: Tracked | None,
+                    waiter: _RWaiter | None = None) -> str | None:
+        """One try in Redis -> the member now held (bound to `task`), or None when full."""
+        member = self._member(tracked)
+        h = self._held[member] = _Holder(task, tracked, asyncio.get_running_loop().time())
+        if task is not None:
+            self._by_task.setdefault(task, []).append(member)
+        try:
+            taken, n, grace = await self.reg.call(
+                self.reg._acquire, [self.key, EPOCH_KEY], [self.reg.lease_ms, self.slots, member])
+        except BaseException:
+            self._drop(member)  # the script may have run before the failure: give it back
+            raise
+        self.in_use = int(n)
+        self.reg.note_grace(int(grace))
+        if not taken:
+            self._forget_member(member)  # never added in Redis: nothing to give back
+            return None
+        if waiter is not None and waiter.fut.done():
+            self._drop(member)  # it left while we were asking
+            return member
+        h.bound = True
+        self.holders[self.reg.replica] += 1
+        return member
+
+    def _drop(self, member: str) -> None:
+        """Off this replica's books now; out of Redis as soon as it answers."""
+        if self._forget_member(member) is None:
+            return
+        if self.reg.ok:
+            self.reg.spawn(self._give_back_remote(member))
+        else:
+            self._dangling.add(member)
+
+    def _forget_member(self, member: str) -> _Holder | None:
+        h = self._held.pop(member, None)
+        if h is not None and h.task is not None:
+            members = self._by_task.get(h.task)
+            if members is not None:
+                if member in members:
+                    members.remove(member)
+                if not members:
+                    del self._by_task[h.task]
+        if h is not None and h.bound and self.holders[self.reg.replica] > 0:
+            self.holders[self.reg.replica] -= 1
+        return h
+
+    async def _give_back_remote(self, member: str) -> None:
+        try:
+            await self.reg.call(self.reg._release, [self.key], [self.channel, member])
+        except GatewayError:
+            self._dangling.add(member)
+
+    async def _renew(self) -> None:
+        members = [m for m, h in self._held.items() if h.bound and not h.fenced]
+        drops = list(self._dangling)
+        sent = asyncio.get_running_loop().time()
+        grace, lost, readded, live = await self.reg.call(
+            self.reg._renew, [self.key, EPOCH_KEY],
+            [self.reg.lease_ms, self.slots, self.channel, len(drops), *drops, *members])
+        self._dangling.difference_update(drops)
+        self.reg.note_grace(int(grace))
+        lost_set = set(lost)
+        for member in members:
+            h = self._held.get(member)
+            if h is not None and member not in lost_set:
+                h.valid_from = max(h.valid_from, sent)
+        for member in readded:
+            if member not in self._held:  # given back while the renewal was on its way
+                self.reg.spawn(self._give_back_remote(member))
+        for member in lost:
+            self._fence(member, "its slot lease expired while Redis was unreachable and another "
+                                "replica has taken the slot since")
+        self._seen(live)
+
+    def _seen(self, live: list[str]) -> None:
+        self.in_use = len(live)
+        self.holders = Counter(replica_of(m) for m in live)
+
+    def _fence(self, member: str, why: str) -> None:
+        """Stop the request holding `member`: this replica can no longer vouch for its slot."""
+        h = self._held.get(member)
+        if h is None or h.fenced:
+            return
+        h.fenced = True
+        msg = f"the request was stopped because {why}; the backend never runs more than its slots"
+        log.warning("cluster: backend %s: stopping request %s: %s", self.name,
+                    h.tracked.id if h.tracked else "?", why)
+        if h.tracked is not None and h.tracked.cancel("slot_lost", msg):
+            return
+        if h.task is not None and not h.task.done():
+            h.task.cancel()
+
+    # -- the granter --------------------------------------------------------------------------
+
+    def _peek(self) -> _RWaiter | None:
+        return self._queue.peek()  # type: ignore[return-value]
+
+    async def _grant_loop(self) -> None:
+        try:
+            await self._grant_rounds()
+        except Exception:  # a bug must not leave the waiters to their queue timeout
+            log.exception("cluster: backend %s: slot granter failed", self.name)
+            self._fail_waiters(GatewayError("api_error", "internal error in the gateway's slot queue"))
+
+    async def _grant_rounds(self) -> None:
+        """While anybody waits here: take a slot in Redis for the head of the queue, or wait for
+        one to be given back somewhere (pub/sub), or POLL_S."""
+        while self.queued:
+            if not self.reg.ok:
+                self._fail_waiters(self.reg.unreachable())
+                return
+            w = self._peek()
+            if w is None:
+                return
+            self._wake.clear()  # before asking: a release during the call wakes the next round
+            try:
+                member = await self._take(w.task, w.tracked, waiter=w)
+            except GatewayError:
+                return  # unreachable: the waiters were failed when it was marked down
+            if member is not None:
+                if member in self._held:  # still bound: hand it over
+                    if self._peek() is w:
+                        self._pop_next()  # also rotates w's key behind the others
+                    else:
+                        self._forget(w)
+                    w.fut.set_result(None)
+                continue
+            try:
+                async with asyncio.timeout(POLL_S):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _fail_waiters(self, err: GatewayError) -> None:
+        while (w := self._pop_next()) is not None:
+            if not w.fut.done():
+                w.fut.set_exception(err)
+
+    def _stop(self, err: GatewayError) -> None:
+        if self._granter is not None:
+            self._granter.cancel()
+        self._fail_waiters(err)
+
+
+def _granted(fut: asyncio.Future) -> bool:
+    return fut.done() and not fut.cancelled() and fut.exception() is None

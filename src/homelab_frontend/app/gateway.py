@@ -1,0 +1,264 @@
+"""The gateway's live state: config applied and reloaded, backends and their clients, probes.
+
+One `Gateway` per process. It is what survives a config reload (pools keep their accounting,
+replaced upstream clients are retired once their streams end) and what every surface handler is
+given: surfaces see it through `surfaces.context.Gateway`, ops through `ops.context.OpsGateway`,
+Protocols declared in those layers so neither imports this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Callable, TypeVar
+
+from aiohttp import web
+
+from .. import config as cfgmod
+from ..admission.slots import SlotPool
+from ..errors import GatewayError
+from ..ops import health
+from ..ops.accesslog import AccessLog
+from ..ops.metrics import Metrics
+from ..policy import limits
+from ..policy.auth import Auth, Principal
+from ..policy.routing import BackendState, Router
+from ..request.tracker import Tracked, Tracker
+from ..surfaces.responses import handler as responses_surface
+from ..surfaces.signature import ThinkingSigner
+from ..upstream import backend_kind
+from ..upstream.client import UpstreamClient
+from .connguard import ConnectionGuard
+from .timing import server_timing
+
+log = logging.getLogger("homelab_frontend")
+T = TypeVar("T")
+OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
+
+
+def _pool(name: str, b: cfgmod.Backend, cluster=None) -> SlotPool:
+    if cluster is not None:  # replicas share the slots through Redis (slots_redis)
+        return cluster.pool(name, b.slots, b.queue.depth, b.queue.timeout_s)
+    return SlotPool(name, b.slots, b.queue.depth, b.queue.timeout_s)
+
+
+class Gateway:
+    """Everything a request handler needs, and what survives a config reload."""
+
+    def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
+        self.config_path = config_path
+        self.tracker = Tracker()
+        self.backends: dict[str, BackendState] = {}
+        self.clients: dict[str, UpstreamClient] = {}
+        self.access_log = AccessLog(cfg.access_log)
+        secret = os.environ.get(cfg.anthropic.signing_key_env or "") if cfg.anthropic.signing_key_env else None
+        self.signer = ThinkingSigner(secret.encode() if secret else None)
+        self.metrics = Metrics(self)
+        self.connguard: ConnectionGuard | None = None  # set by build_app
+        self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
+        if cfg.cluster is not None:
+            from ..ops.cluster import attach  # imports redis: only when a cluster is configured
+
+            self.cluster = attach(self, cfg.cluster)
+        self.draining = False  # SIGTERM received: new requests are refused, running ones finish
+        self._probes: dict[str, asyncio.Task] = {}
+        self._kicked: dict[str, asyncio.Task] = {}
+        self._retiring: set[asyncio.Task] = set()
+        self.apply(cfg)
+        self.responses = responses_surface.State(self)  # reasoning sealer and the response store
+
+    # -- configuration ------------------------------------------------------------------------
+
+    def apply(self, cfg: cfgmod.Config) -> None:
+        """Swap in a validated config. Pools live on (held slots stay accounted); requests in
+        flight keep the route they resolved; new requests see the new table."""
+        auth = Auth(cfg.auth)  # raises ConfigError before anything changes
+        auth.inherit(getattr(self, "auth", None))
+        for name, b in cfg.backends.items():
+            state = self.backends.get(name)
+            if state is None:
+                state = self.backends[name] = BackendState(name, backend_kind.effective(b, None),
+                                                           _pool(name, b, self.cluster))
+            else:
+                state.cfg = backend_kind.effective(b, state.detected_kind)
+                state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
+            state.auto_kind = b.kind is None
+            old = self.clients.get(name)
+            if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
+                if old is not None:
+                    self._retire(name, old)
+                self.clients[name] = UpstreamClient(name, b)
+            else:
+                old.cfg = b
+        for name in list(self.backends):
+            if name not in cfg.backends:
+                self._drop_if_idle(name)  # still-busy removed backends linger until idle
+        if hasattr(self, "cfg") and cfg.cluster != self.cfg.cluster:
+            log.warning("cluster: changes to the cluster section take effect at the next restart")
+        self.cfg = cfg
+        self.auth = auth
+        self.router = Router(cfg, self.backends)
+        if _loop_running():
+            self.start_probes()
+
+    def reload(self) -> list[str]:
+        """Re-read the config file. -> problems (empty when applied)."""
+        if not self.config_path:
+            return ["no config file to reload (started without --config)"]
+        new_log = None
+        try:
+            cfg = cfgmod.load(self.config_path)
+            try:
+                new_log = AccessLog(cfg.access_log)  # reopened: logrotate's postrotate sends SIGHUP
+            except OSError as err:
+                raise cfgmod.ConfigError([f"access_log: cannot open {cfg.access_log!r}: {err.strerror}"]) from None
+            self.apply(cfg)
+        except cfgmod.ConfigError as err:
+            if new_log is not None:
+                new_log.close()
+            log.warning("reload rejected, old config stays: %s", "; ".join(err.problems))
+            self.metrics.reloaded(False)
+            return err.problems
+        old_log, self.access_log = self.access_log, new_log
+        old_log.close()
+        self.metrics.reloaded(True)
+        log.info("config reloaded from %s", self.config_path)
+        return []
+
+    def _drop_if_idle(self, name: str) -> bool:
+        """Forget a backend the config no longer names, once nothing holds or waits for its
+        slots (its client closes when the requests still streaming through it are done)."""
+        pool = self.backends[name].pool
+        if pool.in_use or pool.queued:
+            return False
+        del self.backends[name]
+        old = self.clients.pop(name, None)
+        if old is not None:
+            self._retire(name, old)
+        return True
+
+    def _retire(self, name: str, old: UpstreamClient) -> None:
+        """Close a replaced upstream client once the requests that may be streaming through it
+        are done: closing it at once would cut their streams off mid-answer."""
+        if not _loop_running():
+            return  # no event loop yet: the client has opened no session
+        users = [t for t in self.tracker if t.backend == name]
+        task = asyncio.get_running_loop().create_task(self._close_when_done(old, users))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _close_when_done(self, old: UpstreamClient, users: list[Tracked]) -> None:
+        try:
+            while any(self.tracker.get(t.id) is t for t in users):
+                await asyncio.sleep(0.25)
+        finally:
+            await old.close()
+
+    # -- helpers for the surfaces -------------------------------------------------------------
+
+    async def read_body(self, request: web.Request) -> bytes:
+        # Read here rather than by aiohttp's client_max_size, so a reloaded limit applies.
+        limit = self.cfg.limits.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise GatewayError("request_too_large", f"the body is {request.content_length} bytes; "
+                               f"the limit is {limit} (limits.max_body_bytes)")
+        chunks, size = [], 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise GatewayError("request_too_large", f"the body is larger than the limit of {limit} bytes "
+                                   "(limits.max_body_bytes)")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def parse(self, body: bytes, parse: Callable[[bytes], T]) -> T:
+        """The limits check and the dialect's parse of a request body. A large body is handled
+        on a worker thread: its decode and depth walk take long enough (seconds, for megabytes
+        of tiny arrays) that on the event loop they would stall every running stream."""
+
+        def work() -> T:
+            limits.check_json(body, self.cfg.limits)
+            return parse(body)
+
+        if len(body) < OFF_LOOP_BYTES:
+            return work()
+        return await asyncio.to_thread(work)
+
+    def headers(self, t: Tracked) -> dict[str, str]:
+        return {"request-id": t.id, "server-timing": server_timing(t)}
+
+    def hold(self, principal: Principal):
+        return self.auth.hold(principal)
+
+    def observe(self, t: Tracked, path: str) -> None:
+        self.access_log.write(t, path)
+        if self.metrics is not None:
+            self.metrics.observe(t)
+        if t.outcome == "error_upstream_unreachable" and t.backend is not None:
+            self._kick_probe(t.backend)
+
+    def _kick_probe(self, name: str) -> None:
+        """Probe now (once at a time): a failed connect marks the backend down only when the
+        probe agrees, so one dropped keep-alive connection cannot take a backend out."""
+        task = self._kicked.get(name)
+        if name in self.backends and (task is None or task.done()) and _loop_running():
+            self._kicked[name] = asyncio.get_running_loop().create_task(self.probe(name))
+
+    # -- backend health -----------------------------------------------------------------------
+
+    def start_probes(self) -> None:
+        for name in list(self._probes):
+            if name not in self.backends:
+                self._probes.pop(name).cancel()
+        for name in self.backends:
+            if name not in self._probes or self._probes[name].done():
+                self._probes[name] = asyncio.get_running_loop().create_task(self._probe_loop(name))
+
+    async def probe(self, name: str) -> None:
+        state = self.backends.get(name)
+        client = self.clients.get(name)
+        if state is not None and client is not None:
+            await health.probe(state, client)
+
+    async def _probe_loop(self, name: str) -> None:
+        while name in self.backends:
+            if name not in self.cfg.backends:  # removed by a reload while still busy
+                if self._drop_if_idle(name):
+                    return
+                await asyncio.sleep(0.5)
+                continue
+            await self.probe(name)
+            await asyncio.sleep(self.backends[name].cfg.health_interval_s if name in self.backends else 1)
+
+    async def close(self) -> None:
+        for task in [*self._probes.values(), *self._kicked.values()]:
+            task.cancel()
+        retiring = list(self._retiring)
+        for task in retiring:
+            task.cancel()  # its `finally` closes the old client
+        await asyncio.gather(*retiring, return_exceptions=True)
+        for client in self.clients.values():
+            await client.close()
+        await self.responses.close()
+        if self.cluster is not None:
+            await self.cluster.close()  # gives back any slot still held, then disconnects
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

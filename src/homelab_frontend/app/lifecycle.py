@@ -1,0 +1,100 @@
+"""One client request from route to access-log line: the wrapper every surface handler runs in.
+
+It registers the request record, refuses while draining, checks headers and the key (401 before
+the body is read), runs the handler, and turns whatever ends it (an answer, a `GatewayError`, the
+client leaving, a crash) into the caller's dialect and one observed outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from ..errors import GatewayError
+from ..policy import limits
+from ..request.exchange import client_gone
+from ..request.outcome import FAILED, LEFT
+from ..request.tracker import Tracked, new_request_id
+from ..surfaces.anthropic import errors as anthropic_errors
+from ..surfaces.openai import errors as openai_errors
+from ..surfaces.responses import errors as responses_errors
+from .gateway import GATEWAY, Gateway
+from .timing import server_timing
+
+log = logging.getLogger("homelab_frontend")
+
+Handler = Callable[[web.Request, Gateway, Tracked], Awaitable[web.StreamResponse]]
+
+
+def surface(dialect: str, fn: Handler):
+    render = {"anthropic": anthropic_errors.render_error,
+              "responses": responses_errors.render_error}.get(dialect, openai_errors.render_error)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        gw: Gateway = request.app[GATEWAY]
+        t = Tracked(new_request_id(), dialect, "", None, False)
+        gw.tracker.add(t)
+        try:
+            if gw.draining:
+                raise GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+            limits.check_headers(request, gw.cfg.limits)
+            t.key_name = gw.auth.authenticate(request).name or None  # 401 before the body is read
+            resp = await fn(request, gw, t)
+            t.status = resp.status
+            return resp
+        except GatewayError as err:
+            return _error_answer(request, t, err, render)
+        except asyncio.CancelledError:
+            own = t.own_cancel_error()
+            if own is None:
+                _client_left(t)
+                raise
+            return _error_answer(request, t, own, render)
+        except Exception as exc:
+            if isinstance(exc, ConnectionResetError) and client_gone(request):
+                # A write to a client that already left, a moment before aiohttp cancels us.
+                _client_left(t)
+                raise asyncio.CancelledError() from None
+            log.error("request %s failed:\n%s", t.id, traceback.format_exc())
+            err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
+            return _error_answer(request, t, err, render)
+        finally:
+            gw.tracker.remove(t)
+            key = request.get("principal_key")
+            t.key_name = key.name if key is not None else None
+            gw.observe(t, request.path)
+
+    return handler
+
+
+def _client_left(t: Tracked) -> None:
+    t.end(LEFT, override=True)
+    t.status = 499  # nginx's "client closed request": nothing was sent
+
+
+def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -> web.Response:
+    """The error in the caller's dialect, unless the answer has already begun on the wire (a
+    stream that failed, or was cancelled by the gateway, while its last bytes were still being
+    written to a client that stopped reading): aiohttp would then write the error response
+    inside the first one's body. The connection is cut instead, the one signal left, and the
+    access log keeps the status the client got (an answer begins only as a 200: every error
+    before that is rendered whole)."""
+    if request.writer.output_size:
+        t.fail(err.kind)
+        t.status = t.status or 200
+        raise asyncio.CancelledError()
+    return _error_response(t, err, render)
+
+
+def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:
+    status, body, headers = render(err)
+    t.status = status
+    t.end(FAILED, err.kind, begun=False)
+    return web.Response(
+        status=status, body=body, content_type="application/json",
+        headers={**headers, "request-id": t.id, "server-timing": server_timing(t)},
+    )

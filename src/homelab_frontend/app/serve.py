@@ -1,0 +1,117 @@
+"""Running the gateway: bind, announce, handle signals (SIGHUP reloads), drain on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import signal
+import sys
+from typing import Callable
+
+from aiohttp import web
+
+from .. import config as cfgmod
+from ..policy import limits
+from .connguard import GuardedServer
+from .gateway import Gateway
+from .routes import build_app
+
+log = logging.getLogger("homelab_frontend")
+
+
+class StartupError(Exception):
+    """The gateway cannot start (its port is taken, its config is invalid): said in one line."""
+
+
+def fail(message: str) -> int:
+    """A start-up failure: one line on stderr, exit status 2 (as for a bad command line)."""
+    print(f"homelab-frontend: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: int,
+                ready: Callable[[int], None] | None = None) -> int:
+    gw = Gateway(cfg, config_path)
+    app = build_app(gw)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           max_field_size=limits.parser_field_cap(cfg.limits),
+                           keepalive_timeout=cfg.connections.keepalive_timeout_s)
+    await runner.setup()
+    # every client connection's protocol goes through the guard (app/connguard.py)
+    runner._server = GuardedServer(runner._server, gw.connguard)
+    site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as err:
+        # Closes what start-up opened (probes, upstream sessions, Redis) before saying why.
+        await runner.cleanup()
+        why = os.strerror(err.errno).lower() if err.errno else str(err)  # asyncio's text repeats the address
+        raise StartupError(f"cannot listen on {host}:{port}: {why}") from None
+    bound = runner.addresses[0][1] if runner.addresses else port
+    if gw.auth.open:
+        msg = "no client keys configured: the gateway is open to anyone who can reach it"
+        if not _loopback(host):
+            msg = f"WARNING: listening on {host} without client keys: anyone on the network can use your GPUs"
+        log.warning(msg)
+    print(f"homelab-frontend listening on http://{host}:{bound}", flush=True)
+    if ready:
+        ready(bound)
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, gw.reload)
+    await stop.wait()
+
+    # Graceful shutdown: stop accepting, let running requests finish, then cancel the rest.
+    # A second SIGTERM / Ctrl-C skips what is left of the grace period.
+    force = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, force.set)
+    loop.add_signal_handler(signal.SIGINT, force.set)
+    gw.draining = True  # requests on kept-alive connections are refused from here on
+    log.warning("shutting down: %d requests in flight, up to %g s to finish", len(gw.tracker), gw.cfg.shutdown_grace_s)
+    await site.stop()
+    deadline = loop.time() + gw.cfg.shutdown_grace_s
+    while len(gw.tracker) and loop.time() < deadline and not force.is_set():
+        await asyncio.sleep(0.05)
+    left = list(gw.tracker)
+    if left:
+        log.warning("shutdown: cancelling %d requests still running", len(left))
+    for t in left:
+        gw.tracker.cancel(t.id, "shutdown")
+    for _ in range(100):
+        if not len(gw.tracker):
+            break
+        await asyncio.sleep(0.02)
+    await runner.cleanup()
+    log.warning("shutdown complete")
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def run(cfg: cfgmod.Config, config_path: str | None, host: str, port: int) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    limits.quiet_parser_errors()
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    try:
+        if uvloop is not None:
+            return uvloop.run(serve(cfg, config_path, host, port))
+        return asyncio.run(serve(cfg, config_path, host, port))
+    except cfgmod.ConfigError as err:
+        return fail(f"invalid config: {'; '.join(err.problems)}")
+    except StartupError as err:
+        return fail(str(err))

@@ -1,0 +1,186 @@
+"""Client keys: who may use the gateway, which models, how many requests at once.
+
+With no keys configured the gateway is open (it says so at start-up). Keys are read from the
+environment at start, compared in constant time against every configured key (no early exit that
+would tell a prober how far it got, and both sides hashed first so that not even the length of a
+key shows in the timing), and never logged: only a key's name is.
+
+Order of checks on a surface request: the key (401) before the body is even read, so that a
+stranger cannot make the gateway parse anything; the model (403) once the body names one; the
+key's `max_concurrent` (429) just before the request asks for a slot.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import os
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from .. import config as cfgmod
+from ..errors import GatewayError
+from .routing import Route
+
+_PRINCIPAL = "principal_key"  # request[...]: the matched _Key, set once per request
+
+
+class Principal:
+    """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
+
+    __slots__ = ("name", "priority")
+
+    def __init__(self, name: str = "", priority: int = 0) -> None:
+        self.name = name
+        self.priority = priority
+
+
+ANONYMOUS = Principal()
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+
+
+class _Key:
+    __slots__ = ("name", "digest", "cfg", "principal")
+
+    def __init__(self, cfg: cfgmod.AuthKey, secret: str) -> None:
+        self.name = cfg.name
+        self.digest = _digest(secret)
+        self.cfg = cfg
+        self.principal = Principal(cfg.name, cfg.priority)
+
+
+def _presented(request: web.Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key and key.strip():
+        return key.strip()
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return None
+
+
+class Auth:
+    def __init__(self, cfg: cfgmod.Auth, env: dict[str, str] | None = None) -> None:
+        env = os.environ if env is None else env
+        problems: list[str] = []
+        self.keys: list[_Key] = []
+        for i, k in enumerate(cfg.keys):
+            secret = k.key if k.key is not None else env.get(k.key_env or "")
+            if not secret:
+                problems.append(f"auth.keys[{i}].key_env: environment variable {k.key_env!r} is not set")
+                continue
+            self.keys.append(_Key(k, secret))
+        self.admin_digest: bytes | None = None
+        if cfg.admin_key_env:
+            admin = env.get(cfg.admin_key_env)
+            if not admin:
+                problems.append(f"auth.admin_key_env: environment variable {cfg.admin_key_env!r} is not set")
+            else:
+                self.admin_digest = _digest(admin)
+        if problems:
+            raise cfgmod.ConfigError(problems)
+        self._active: dict[str, int] = {}
+
+    def inherit(self, old: "Auth | None") -> None:
+        """Keep counting the requests admitted under the previous config (a reload must not
+        reset every key's max_concurrent count while its requests still run)."""
+        if old is not None:
+            self._active = old._active
+
+    @property
+    def open(self) -> bool:
+        return not self.keys
+
+    def _match(self, presented: str) -> _Key | None:
+        given = _digest(presented)
+        found = None
+        for k in self.keys:  # no early exit: every key is compared every time
+            if hmac.compare_digest(k.digest, given):
+                found = k
+        return found
+
+    def authenticate(self, request: web.Request) -> Principal:
+        """The caller's identity, or 401. Remembered on the request for `admit`."""
+        if not self.keys:
+            return ANONYMOUS
+        known = request.get(_PRINCIPAL)
+        if known is not None:
+            return known.principal
+        presented = _presented(request)
+        if presented is None:
+            raise GatewayError(
+                "authentication", "missing API key: send it as x-api-key or Authorization: Bearer"
+            )
+        key = self._match(presented)
+        if key is None:
+            raise GatewayError("authentication", "invalid API key")
+        request[_PRINCIPAL] = key
+        return key.principal
+
+    def may_use(self, request: web.Request, route: Route) -> bool:
+        key = request.get(_PRINCIPAL)
+        if key is None or key.cfg.models is None:
+            return True
+        names = (route.client_model, route.model)
+        return any(fnmatch.fnmatchcase(n, p) for p in key.cfg.models for n in names)
+
+    def admit(self, request: web.Request, route: Route | None, dialect: str) -> Principal:
+        """authenticate (401), then whether the key may use the route's model (403)."""
+        principal = self.authenticate(request)
+        if route is not None and not self.may_use(request, route):
+            raise GatewayError(
+                "permission", f"key {principal.name!r} may not use model {route.client_model!r}", param="model"
+            )
+        return principal
+
+    def limit_for(self, name: str) -> int | None:
+        for k in self.keys:
+            if k.name == name:
+                return k.cfg.max_concurrent
+        return None
+
+    @asynccontextmanager
+    async def hold(self, principal: Principal) -> AsyncIterator[None]:
+        """Count a key's concurrent requests; over its max_concurrent -> 429 rate_limit."""
+        limit = self.limit_for(principal.name) if principal.name else None
+        active = self._active.get(principal.name, 0)
+        if limit is not None and active >= limit:
+            raise GatewayError(
+                "rate_limit",
+                f"key {principal.name!r} already has {active} requests running (its max_concurrent is {limit})",
+                retry_after=1,
+            )
+        self._active[principal.name] = active + 1
+        try:
+            yield
+        finally:
+            self._active[principal.name] -= 1
+
+    def _is_admin_key(self, request: web.Request) -> bool:
+        presented = _presented(request)
+        return (
+            self.admin_digest is not None
+            and presented is not None
+            and hmac.compare_digest(self.admin_digest, _digest(presented))
+        )
+
+    def is_admin(self, request: web.Request) -> bool:
+        """The admin key when one is configured; with none, admin calls are allowed only when
+        the gateway is open (no client keys), i.e. a loopback/LAN-trusted setup."""
+        if self.admin_digest is None:
+            return not self.keys
+        return self._is_admin_key(request)
+
+    def may_read_metrics(self, request: web.Request) -> bool:
+        """For /metrics: the admin key when one is configured, else open (a scraper on the LAN;
+        metrics carry key names and counts, never keys or message text)."""
+        if self.admin_digest is None:
+            return True
+        return self._is_admin_key(request)

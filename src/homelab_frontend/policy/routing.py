@@ -1,0 +1,164 @@
+"""Client model names (and aliases / globs) -> a configured model -> the backend to use now."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from . import affinity
+from .. import config as cfgmod
+from ..errors import GatewayError
+
+
+class SlotPool(Protocol):
+    """A backend's slots as the gateway uses them (admission.slots.SlotPool, or its Redis-leased
+    form). Declared here, not imported: routing sits below admission in the import layers."""
+
+    slots: int
+    depth: int
+
+    @property
+    def in_use(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    def expected_wait_s(self) -> float: ...
+
+    async def acquire(self, key: str = "", priority: int = 0) -> None: ...
+
+    def release(self, held_s: float | None = None) -> None: ...
+
+    def resize(self, slots: int, depth: int, timeout_s: float) -> None: ...
+
+
+def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
+    """The configured model a client name means: itself, an exact alias, or the first glob."""
+    if name in cfg.models:
+        return name
+    target = cfg.aliases.get(name)
+    if target is not None:
+        return target
+    for pattern, target in cfg.aliases.items():
+        if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
+            return target
+    return None
+
+
+@dataclass
+class BackendState:
+    """A backend's live state; survives config reloads (its pool keeps its accounting)."""
+
+    name: str
+    cfg: cfgmod.Backend
+    pool: SlotPool
+    up: bool = True  # last health probe; unknown counts as up
+    last_error: str | None = None
+    model_lens: dict[str, int] = field(default_factory=dict)  # from /v1/models max_model_len
+    upstream_running: int | None = None  # the backend's own running count, where it tells
+    # `kind` left out of the config: cfg.kind is the detected one (upstream/backend_kind.py)
+    auto_kind: bool = False
+    detected_kind: str | None = None
+
+    @property
+    def free(self) -> int:
+        return self.pool.slots - self.pool.in_use
+
+
+@dataclass(frozen=True)
+class Route:
+    client_model: str  # what the client sent; answers echo it
+    model: str  # the configured model it resolved to
+    upstream_model: str
+    backends: tuple[BackendState, ...]
+    max_model_len: int | None
+    system_turns: str = "merge"  # config.Model.system_turns
+    affinity: bool = True
+    affinity_max_wait_s: float = 2.0
+
+    @property
+    def wants_session(self) -> bool:
+        """Whether a session key could change the choice (so is worth computing at all)."""
+        return self.affinity and len(self.backends) > 1
+
+    def choose(self, session: str | None = None) -> BackendState:
+        return self.place(session)[0]
+
+    def place(self, session: str | None = None) -> tuple[BackendState, str | None]:
+        """The backend for a request, and how affinity went: "hit" (its session's backend),
+        "spill" (that one was too busy: the least loaded instead), or None (no session key, one
+        backend up, or affinity off). Without affinity: the backend with the most free slots
+        (then the shortest queue) among those up. When all are down, fail fast instead of
+        queueing for a backend that cannot answer."""
+        best: BackendState | None = None
+        up: list[BackendState] = []
+        for b in self.backends:
+            if not b.up:
+                continue
+            up.append(b)
+            if best is None or (b.free, -b.pool.queued) > (best.free, -best.pool.queued):
+                best = b
+        if best is None:
+            names = ", ".join(repr(b.name) for b in self.backends)
+            detail = "; ".join(f"{b.name}: {b.last_error}" for b in self.backends if b.last_error)
+            # Down, not busy: its own kind, and Retry-After is when the next probe may bring it back
+            raise GatewayError(
+                "backend_down",
+                f"model {self.client_model!r}: backend {names} is down"
+                + (f" ({detail})" if detail else ""),
+                retry_after=min(b.cfg.health_interval_s for b in self.backends),
+            )
+        if session is None or not self.affinity or len(up) < 2:
+            return best, None
+        preferred = max(up, key=lambda b: affinity.score(session, b.name))
+        if preferred is best or preferred.free > 0:
+            return preferred, "hit"
+        pool = preferred.pool
+        if pool.queued < pool.depth and (
+            pool.expected_wait_s() <= best.pool.expected_wait_s() + self.affinity_max_wait_s
+        ):
+            return preferred, "hit"
+        return best, "spill"
+
+    def context_length(self, backend: BackendState) -> int | None:
+        return self.max_model_len or backend.cfg.max_model_len or backend.model_lens.get(
+            self.upstream_model
+        )
+
+
+class Router:
+    def __init__(self, cfg: cfgmod.Config, backends: dict[str, BackendState]) -> None:
+        self.cfg = cfg
+        self.backends = backends
+        self._cache: dict[str, Route] = {}
+
+    def model_names(self) -> list[str]:
+        return list(self.cfg.models)
+
+    def resolve(self, client_model: str) -> Route:
+        route = self._cache.get(client_model)
+        if route is not None:
+            return route
+        name = resolve_alias(self.cfg, client_model)
+        if name is None:
+            available = ", ".join(sorted(self.cfg.models)) or "(none configured)"
+            raise GatewayError(
+                "not_found",
+                f"model {client_model!r} not found; available models: {available}",
+                param="model",
+            )
+        m = self.cfg.models[name]
+        route = Route(
+            client_model=client_model,
+            model=name,
+            upstream_model=m.upstream_model or name,
+            backends=tuple(self.backends[b] for b in m.backend_names()),
+            max_model_len=m.max_model_len,
+            system_turns=m.system_turns,
+            affinity=m.affinity,
+            affinity_max_wait_s=m.affinity_max_wait_s,
+        )
+        if len(self._cache) < 4096:  # client names are unbounded input: cap the memo
+            self._cache[client_model] = route
+        return route

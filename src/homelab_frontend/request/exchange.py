@@ -1,0 +1,268 @@
+"""One request's hold on the cluster: a slot, an upstream response, and a watchdog over both.
+
+Cancellation is structural. The request's handler task owns the Exchange; whatever ends the task
+(the client going away, which aiohttp turns into a cancellation at once; a timeout; an operator's
+cancel; shutdown), `__aexit__` closes the upstream connection (the upstream aborts its generation
+when its socket closes) and returns the slot. Nothing waits for a next chunk to notice.
+
+Timeouts and keep-alive pings are watched by a timer per request that looks at a progress counter
+a few times a second, so the per-chunk cost of all of it is one integer increment. When a deadline
+passes it cancels the handler task with a reason; the surface turns that reason into an error in
+its dialect (`own_cancel`), while a cancellation with no reason is the client leaving. The timer is
+a plain `call_later` handle, not a task: a task per request (created, woken, cancelled) cost more
+than everything else the exchange does, and a task is started only to write a ping.
+
+When a slot counts as released (bench/storm.py measures it): a slot stands for a sequence the
+upstream runs, so an aborted exchange gives its slot back only once the upstream can have seen
+the abort: when our side of the old connection is really closed (with uvloop the socket is
+closed in a later loop phase than `close()` is called; a request granted the slot meanwhile went
+out on a pooled connection *before* the old one's FIN) and `RELEASE_GRACE_S` after that, the time
+for the upstream to process its end. Capped by `SETTLE_MAX_S`. An exchange read to its end gives
+its slot back at once: the upstream finished that sequence before it sent the last byte. The
+gateway's own cancels (`own_cancel`: a timeout, the admin API) free the slot at once as before,
+since their error is still to be written to a client that may not read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from ..errors import GatewayError
+from ..policy.auth import ANONYMOUS, Principal
+from ..policy.routing import BackendState, Route
+from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
+from ..upstream.client import UpstreamClient
+
+RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
+SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
+
+
+class Exchange:
+    def __init__(
+        self,
+        tracked: Tracked,
+        route: Route,
+        clients: dict[str, UpstreamClient],
+        principal: Principal = ANONYMOUS,
+        session: str | None = None,
+    ) -> None:
+        self.t = tracked
+        self.session = session  # the conversation's key, for session affinity (policy/affinity.py)
+        self.route = route
+        self.clients = clients
+        self.principal = principal
+        tracked.key_name = principal.name or None  # the key's name, shown while it runs
+        self.backend: BackendState | None = None
+        self.resp: aiohttp.ClientResponse | None = None
+        self.client: UpstreamClient | None = None  # the backend's client, once open
+        self.progress = 0  # bumped by the reader per upstream batch; the watchdog reads it
+        self.complete = False  # the upstream answer was read to its end
+        self.writing = False  # inside send(): see there
+        self.on_idle: Callable[[], Awaitable[None]] | None = None
+        self.ping_interval: float | None = None
+        self._held_since: float | None = None
+        self._opened = False  # an upstream request was started (a connection may exist)
+        self._watch: _Watchdog | None = None
+        self._loop = asyncio.get_running_loop()
+
+    # -- phases -------------------------------------------------------------------------------
+
+    async def admit(self) -> BackendState:
+        self.t.phase = QUEUED
+        try:
+            backend, self.t.affinity = self.route.place(self.session)
+        except GatewayError:
+            # every backend is down: the refusal is counted against the (first) one it would use
+            self.t.backend = self.route.backends[0].name if self.route.backends else None
+            raise
+        self.backend = backend
+        self.t.backend = backend.name
+        t0 = time.monotonic()
+        try:
+            await backend.pool.acquire(self.principal.name, self.principal.priority)
+        except GatewayError:
+            # refused (queue full, or no slot within the queue's timeout): how long it waited is
+            # still what the client wants to know (Server-Timing), and the operator (access log)
+            self.t.queue_wait = time.monotonic() - t0
+            raise
+        self._held_since = now = time.monotonic()
+        self.t.queue_wait = now - t0
+        return backend
+
+    async def open(self, path: str, body: bytes, *, stream: bool) -> aiohttp.ClientResponse:
+        assert self.backend is not None
+        self.t.phase = CONNECTING
+        if self._watch is None:
+            self._watch = _Watchdog(self, stream)
+        client = self.client = self.clients[self.backend.name]
+        self._opened = True
+        t0 = time.monotonic()
+        try:
+            self.resp = await client.post(path, body)
+        except GatewayError:
+            self._opened = False  # it answered (an error) or never connected: nothing runs there
+            raise
+        self.t.upstream_headers = time.monotonic() - t0
+        self.t.phase = FIRST_TOKEN if stream else GENERATING
+        return self.resp
+
+    async def send(self, out: web.StreamResponse, data: bytes) -> None:
+        """Write to the client. While the write waits for a client that does not read, the
+        silence upstream is the client's doing, and the watchdog must not blame the backend."""
+        self.writing = True
+        await out.write(data)
+        self.writing = False
+
+    def first_token(self) -> None:
+        self.t.phase = STREAMING
+        self.t.ttft = time.monotonic() - self.t.started
+
+    # -- the end ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> "Exchange":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        closed = self._let_go_upstream()
+        if self._held_since is None or not (self._opened and not self.complete):
+            self._release_slot()
+            return
+        try:  # an aborted exchange: its slot waits until the upstream can have seen the abort
+            if closed is not None and not closed.done():
+                await asyncio.wait((closed,), timeout=SETTLE_MAX_S)
+            await asyncio.sleep(RELEASE_GRACE_S)
+        finally:
+            self._release_slot()
+
+    def close(self) -> None:
+        """Idempotent and synchronous: it must run to the end even inside a cancellation."""
+        self._let_go_upstream()
+        self._release_slot()
+
+    def _let_go_upstream(self) -> asyncio.Future | None:
+        """Stop the watchdog, close (or pool) the upstream connection. -> a future set once our
+        side of an aborted connection is really closed (None: nothing to wait for)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        closed = None
+        if self.resp is not None:
+            if self.complete:
+                self.resp.release()  # read to the end: the connection goes back to the pool
+            else:
+                conn = self.resp.connection
+                proto = conn.protocol if conn is not None else None
+                fut = getattr(proto, "closed", None)  # aiohttp >= 3.10: set by connection_lost
+                if isinstance(fut, asyncio.Future):
+                    closed = fut
+                    fut.add_done_callback(_retrieve)
+                self.resp.close()  # abort: the upstream sees its socket close and stops
+            self.resp = None
+        return closed
+
+    def _release_slot(self) -> None:
+        if self._held_since is not None and self.backend is not None:
+            held = time.monotonic() - self._held_since
+            self._held_since = None
+            self.backend.pool.release(held)
+
+    def own_cancel(self) -> GatewayError | None:
+        """After a CancelledError: the gateway's own reason as an error (the caller then writes it
+        to the client), or None when the client left. The upstream and the slot are let go first,
+        so a client too slow to take the error frame holds neither while it is written."""
+        err = self.t.own_cancel_error()
+        if err is not None:
+            self.close()
+        return err
+
+    async def drain(self, timeout_s: float = 0.5) -> None:
+        """After the upstream's `[DONE]`: read the end of its body (the chunked terminator) so the
+        keep-alive connection goes back to the pool instead of being closed. An upstream that
+        does not end its body promptly just has its connection closed."""
+        resp = self.resp
+        if resp is None or resp.content.at_eof():
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                while await resp.content.readany():
+                    pass
+        except (TimeoutError, aiohttp.ClientError, ConnectionError):
+            self.complete = False
+
+
+class _Watchdog:
+    """Timeouts and pings for one exchange: a timer that re-arms itself every `tick`."""
+
+    __slots__ = ("ex", "stream", "to", "total", "tick", "start", "seen", "last_change", "last_ping",
+                 "handle", "pinging")
+
+    def __init__(self, ex: Exchange, stream: bool) -> None:
+        assert ex.backend is not None
+        to = self.to = ex.backend.cfg.timeouts
+        self.ex = ex
+        self.stream = stream
+        self.total = to.total_s if to.total_s is not None else (None if stream else to.nonstream_s)
+        limits = [x for x in (to.first_token_s, to.idle_s, self.total, ex.ping_interval) if x]
+        self.tick = min(1.0, max(0.02, min(limits) / 4))
+        self.start = self.last_change = self.last_ping = ex._loop.time()
+        self.seen = 0
+        self.pinging: asyncio.Task | None = None
+        self.handle: asyncio.TimerHandle | None = ex._loop.call_later(self.tick, self._check)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        if self.pinging is not None:
+            self.pinging.cancel()
+            self.pinging = None
+
+    def _check(self) -> None:
+        ex, to, stream = self.ex, self.to, self.stream
+        loop = ex._loop
+        now = loop.time()
+        if ex.progress != self.seen:
+            self.seen, self.last_change, self.last_ping = ex.progress, now, now
+        reason = None
+        if self.total is not None and now - self.start > self.total:
+            reason = f"the backend did not finish within {self.total:g} s"
+        elif stream and self.seen == 0 and now - self.start > to.first_token_s:
+            reason = f"no first token from the backend within {to.first_token_s:g} s"
+        elif stream and self.seen > 0 and now - self.last_change > to.idle_s:
+            if ex.writing:
+                self.handle = None
+                ex.t.cancel("client_stalled", f"the client stopped reading for more than {to.idle_s:g} s")
+                return
+            reason = f"the backend went silent for more than {to.idle_s:g} s mid-stream"
+        if reason is not None:
+            self.handle = None
+            ex.t.cancel("timeout", reason)
+            return
+        if (ex.on_idle is not None and ex.ping_interval and now - self.last_ping >= ex.ping_interval
+                and (self.pinging is None or self.pinging.done())):
+            self.last_ping = now
+            self.pinging = loop.create_task(self._ping(ex.on_idle))
+        self.handle = loop.call_later(self.tick, self._check)
+
+    @staticmethod
+    async def _ping(on_idle: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await on_idle()
+        except (ConnectionError, RuntimeError, aiohttp.ClientError):
+            pass  # the client is gone; the handler's own cancellation handles that
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a reset while closing is expected: not "never retrieved"
+
+
+def client_gone(request: web.Request) -> bool:
+    """The client's connection is closing: a failed write to it was the client leaving."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -1,0 +1,134 @@
+"""Every request the gateway is working on, queued or in flight: for the admin API, the
+dashboard, the access log and graceful shutdown. Updating a phase is an attribute store."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import Iterator
+
+from ..errors import GatewayError
+from .outcome import FAILED, OK, STALLED, outcome_of
+
+# Phases, in order. A request that is cancelled records the phase it was in.
+QUEUED = "queued"  # waiting for a slot
+CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
+FIRST_TOKEN = "first_token"  # headers in, waiting for the first generated token
+STREAMING = "streaming"  # tokens flowing to the client
+GENERATING = "generating"  # non-streaming: the upstream is generating the whole answer
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+class Tracked:
+    __slots__ = (
+        "id", "dialect", "model", "backend", "key_name", "phase", "stream",
+        "started", "started_wall", "tokens_out", "task", "cancel_reason",
+        "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
+        "clamp",
+        "tokens_cached", "affinity",
+    )
+
+    def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
+        self.id = rid
+        self.dialect = dialect
+        self.model = model
+        self.backend: str | None = None
+        self.key_name = key_name
+        self.phase = QUEUED
+        self.stream = stream
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+        self.tokens_out = 0
+        self.task: asyncio.Task | None = asyncio.current_task()
+        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost": why we cancelled it
+        self.cancel_message = ""
+        self.queue_wait: float | None = None  # seconds spent waiting for a slot
+        self.upstream_headers: float | None = None  # seconds from admission to upstream headers
+        self.ttft: float | None = None  # seconds from arrival to the first token written
+        self.tokens_in: int | None = None
+        self.tokens_cached: int | None = None  # of tokens_in, what the backend's prefix cache held
+        self.affinity: str | None = None  # "hit" | "spill" | None (routing.Route.place)
+        self.status = 0
+        self.outcome = OK  # set by end(): request/outcome.py has the table
+        # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
+        # | "retry" (the backend refused the first try; request/context_clamp.py)
+        self.clamp: str | None = None
+
+    def end(self, cause: str, kind: str = "", *, begun: bool = True, override: bool = False) -> None:
+        """Record how the request ended (request/outcome.py): the first cause wins, unless
+        `override` (a cause that supersedes whatever was provisionally recorded)."""
+        if override or self.outcome == OK:
+            self.outcome = outcome_of(self.phase, cause, kind, begun)
+
+    def fail(self, kind: str, *, override: bool = False) -> None:
+        self.end(FAILED, kind, override=override)
+
+    def cancel(self, reason: str, message: str = "") -> bool:
+        """Cancel the request's task on the gateway's own account (not the client's)."""
+        if self.task is None or self.task.done() or self.cancel_reason is not None:
+            return False
+        self.cancel_reason, self.cancel_message = reason, message
+        self.task.cancel()
+        return True
+
+    def own_cancel_error(self) -> "GatewayError | None":
+        """Inside `except CancelledError`: the error to report when the gateway itself cancelled
+        (and the cancellation is then taken back), or None when the client went away."""
+        if self.cancel_reason is None:
+            return None
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+        if self.cancel_reason == "timeout":
+            return GatewayError("timeout", self.cancel_message)
+        if self.cancel_reason == "client_stalled":
+            # the client's doing: counted as its cancel, not as a backend timeout
+            self.end(STALLED, override=True)
+            return GatewayError("timeout", self.cancel_message)
+        if self.cancel_reason == "shutdown":
+            return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
+        if self.cancel_reason == "slot_lost":  # slots_redis: the shared slot could not be vouched for
+            return GatewayError("overloaded", self.cancel_message, status=503, retry_after=2)
+        return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "dialect": self.dialect,
+            "model": self.model,
+            "backend": self.backend,
+            "key": self.key_name,
+            "phase": self.phase,
+            "stream": self.stream,
+            "age_s": round(time.monotonic() - self.started, 3),
+            "started": self.started_wall,
+            "tokens_out": self.tokens_out,
+        }
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self._live: dict[str, Tracked] = {}
+
+    def add(self, t: Tracked) -> None:
+        self._live[t.id] = t
+
+    def remove(self, t: Tracked) -> None:
+        self._live.pop(t.id, None)
+
+    def __iter__(self) -> Iterator[Tracked]:
+        return iter(list(self._live.values()))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def get(self, rid: str) -> Tracked | None:
+        return self._live.get(rid)
+
+    def cancel(self, rid: str, reason: str) -> bool:
+        t = self._live.get(rid)
+        return t is not None and t.cancel(reason)

@@ -1,0 +1,41 @@
+"""What a surface handler sees of the gateway: a Protocol, so surfaces need not import `app`
+(which imports them). `app.gateway.Gateway` is the one implementation; a handler is called as
+`fn(request, gw, t)` with `gw` of this type and `t` the request's record."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol, TypeVar
+
+from aiohttp import web
+
+from .. import config as cfgmod
+from ..policy.auth import Auth, Principal
+from ..policy.routing import BackendState, Router
+from ..request.tracker import Tracked, Tracker
+from ..upstream.client import UpstreamClient
+from .signature import ThinkingSigner
+
+if TYPE_CHECKING:
+    from .responses.handler import State as ResponsesState
+
+T = TypeVar("T")
+
+
+class Gateway(Protocol):
+    cfg: cfgmod.Config
+    auth: Auth
+    router: Router
+    backends: dict[str, BackendState]
+    clients: dict[str, UpstreamClient]
+    tracker: Tracker
+    signer: ThinkingSigner
+    responses: ResponsesState
+    cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
+
+    async def read_body(self, request: web.Request) -> bytes: ...
+
+    async def parse(self, body: bytes, parse: Callable[[bytes], T]) -> T: ...
+
+    def headers(self, t: Tracked) -> dict[str, str]: ...
+
+    def hold(self, principal: Principal) -> AsyncContextManager[None]: ...

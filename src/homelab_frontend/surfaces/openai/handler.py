@@ -1,0 +1,259 @@
+"""The OpenAI Chat Completions surface: /llm/v1/chat/completions, /models, /embeddings.
+
+Upstreams already speak this dialect, so answers are relayed chunk by chunk with only the model
+name put back to the one the client sent (model_rewrite.py). Each chunk, and each whole answer,
+is first decoded and checked by the one decoder (upstream_decode): what is not a chat completion
+is never relayed, but ends the request with a 502 (or an error chunk once streaming). The same
+decode serves accounting: first token, usage, a mid-stream error. The gateway always asks the
+upstream for usage (for its logs and metrics) and drops the usage-only chunk when the client did
+not ask for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import msgspec
+from aiohttp import web
+
+from ...policy.affinity import session_key
+from ...request.context_clamp import open_chat
+from ...errors import GatewayError, clean_message
+from ...request.exchange import Exchange, client_gone
+from ...request.outcome import DONE
+from ...request.tracker import GENERATING, Tracked
+from ...upstream.decode import (
+    ChunkMalformed,
+    ErrorBody,
+    Malformed,
+    chunk_error,
+    decode_chunk,
+    validate_completion,
+    validate_embeddings,
+)
+from ...upstream.read import UpstreamTooLarge
+from ..body import decode_object
+from ..model_rewrite import ModelRewriter
+from .assemble import CompletionAssembler
+from .request import parse_request
+from ..context import Gateway
+
+_encode = msgspec.json.encode
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+def error_chunk(message: str, kind: str = "api_error") -> bytes:
+    return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
+
+
+def _checked_completion(raw: bytes, ex: Exchange, t: Tracked):
+    """The decoded completion, or the backend's failure as a GatewayError in its own kind."""
+    try:
+        doc = validate_completion(raw)
+    except Malformed as err:
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+    except ErrorBody as err:  # an error in a 200 body: not relayed as it is
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+    if doc.usage is not None:
+        t.tokens_in, t.tokens_out = doc.usage.prompt_tokens, doc.usage.completion_tokens or 0
+        t.tokens_cached = doc.usage.cached
+    return doc
+
+
+async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+    body = await gw.read_body(request)
+    req, usage_opts = await gw.parse(body, parse_request)
+    t.model, t.stream = req.model, req.stream
+    route = gw.router.resolve(req.model)
+    principal = gw.auth.admit(request, route, "openai")
+    session = session_key(request.headers, req) if route.wants_session else None
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
+        await ex.admit()
+        # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
+        streamed = req.stream or ex.backend.cfg.streams_upstream
+        # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
+        upstream = await open_chat(ex, req, stream=streamed, continuous_usage=usage_opts.continuous_usage_stats)
+        rewrite = ModelRewriter(route.upstream_model, route.client_model)
+        if not req.stream:
+            if streamed:
+                raw = await _whole_from_stream(upstream, ex, t)
+            else:
+                raw = await ex.client.read_all(upstream)
+                ex.complete = True
+            _checked_completion(raw, ex, t)
+            out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
+            await out.prepare(request)
+            await out.write_eof()
+            return out
+        out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
+        await out.prepare(request)
+        await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
+        return out
+
+
+async def _whole_from_stream(upstream, ex: Exchange, t: Tracked) -> bytes:
+    """A plain answer, read from an upstream stream (the gateway folds the chunks into the
+    chat.completion the upstream would have sent). A client that leaves meanwhile closes the
+    stream, which llama.cpp notices at its next token."""
+    t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+    asm = CompletionAssembler()
+    name = ex.backend.name
+    try:
+        async for batch in ex.client.sse(upstream):
+            ex.progress += 1
+            for payload in batch:
+                if payload == b"[DONE]":
+                    ex.complete = True
+                    continue
+                try:
+                    asm.feed(payload)
+                except ValueError as err:
+                    raise GatewayError("upstream_malformed", f"backend {name!r}: {clean_message(str(err))}") from None
+                if asm.error is not None:
+                    err = asm.error
+                    text = err.get("message") if isinstance(err, dict) else err
+                    raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(str(text))}")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        raise GatewayError("upstream_error", f"backend {name!r} closed the connection before its answer was complete") from None
+    if not ex.complete:
+        raise GatewayError("upstream_error", f"backend {name!r} ended the stream without finishing it")
+    usage = asm.usage or {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    t.tokens_in = prompt if isinstance(prompt, int) else None
+    t.tokens_out = completion if isinstance(completion, int) else asm.pieces
+    return _encode(asm.result())
+
+
+async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: ModelRewriter,
+                 client_wants_usage: bool) -> None:
+    done = False
+    failure: str | None = None
+    failure_type = "api_error"
+    first = True
+    # the rewrite's fast path inline (see model_rewrite): one replace per chunk, as it always was
+    needle, repl = rewrite.needle, rewrite.repl
+    try:
+        async for batch in ex.client.sse(upstream):
+            ex.progress += 1
+            frames = []
+            for payload in batch:
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                try:
+                    info = decode_chunk(payload)
+                except ChunkMalformed as err:
+                    failure = f"the backend sent a malformed chunk: {clean_message(str(err))}"
+                    break
+                renamed = payload.replace(needle, repl)
+                if renamed is payload:  # not compact, or another name: the exact way
+                    renamed = rewrite.miss(payload)
+                    needle = rewrite.needle
+                payload = renamed
+                if info.error is not None or info.object == "error":
+                    failure = f"the backend failed mid-stream: {chunk_error(info).message}"
+                    break
+                if info.usage is not None:
+                    t.tokens_in = info.usage.prompt_tokens
+                    if info.usage.cached is not None:
+                        t.tokens_cached = info.usage.cached
+                    if info.usage.completion_tokens is not None:
+                        t.tokens_out = info.usage.completion_tokens
+                    if not info.choices and not client_wants_usage:
+                        continue
+                elif info.choices:
+                    d = info.choices[0].delta
+                    if d is not None and (d.content or d.reasoning or d.reasoning_content or d.tool_calls):
+                        t.tokens_out += 1
+                        if first:
+                            first = False
+                            ex.first_token()
+                            # the first token goes out at once, not after the rest of its batch
+                            frames.append(b"data: " + payload + b"\n\n")
+                            await ex.send(out, b"".join(frames))
+                            frames = []
+                            continue
+                frames.append(b"data: " + payload + b"\n\n")
+            if frames:
+                await ex.send(out, b"".join(frames))
+            if failure:
+                break
+    except UpstreamTooLarge as err:
+        t.fail("upstream_too_large", override=True)
+        failure = err.message
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
+        if client_gone(request):
+            raise  # our own write failed: the client left (the wrapper counts it as a cancel)
+        failure = "the backend closed the connection mid-stream"
+    except asyncio.CancelledError:
+        own = ex.own_cancel()
+        if own is None:
+            raise  # the client went away
+        t.fail(own.kind)
+        failure = own.message
+        failure_type = "timeout_error" if own.kind == "timeout" else "api_error"
+    if failure is None and not done:
+        failure = "the backend ended the stream without finishing it"
+    if failure is not None:
+        t.fail("upstream_midstream")
+        await out.write(error_chunk(failure, failure_type))
+        await out.write_eof()
+        return
+    ex.complete = True
+    await out.write(b"data: [DONE]\n\n")
+    await out.write_eof()
+
+
+async def models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    gw.auth.admit(request, None, "openai")
+    now = int(time.time())
+    data = []
+    for name in gw.router.model_names():
+        entry = {"id": name, "object": "model", "created": now, "owned_by": "homelab-frontend"}
+        route = gw.router.resolve(name)
+        if not gw.auth.may_use(request, route):
+            continue  # a key sees only the models it may use
+        lens = [route.context_length(b) for b in route.backends]
+        known = [n for n in lens if n]
+        if known:
+            entry["max_model_len"] = min(known)
+        data.append(entry)
+    t.end(DONE, override=True)
+    return web.Response(
+        body=_encode({"object": "list", "data": data}),
+        content_type="application/json",
+        headers=gw.headers(t),
+    )
+
+
+async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+    body = await gw.read_body(request)
+    raw = await gw.parse(body, decode_object)
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise GatewayError("invalid_request", "model: required string field is missing", param="model")
+    if "input" not in raw:
+        raise GatewayError("invalid_request", "input: required field is missing", param="input")
+    t.model = model
+    route = gw.router.resolve(model)
+    principal = gw.auth.admit(request, route, "openai")
+    allowed = ("input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens")
+    upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
+    async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
+        await ex.admit()
+        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
+        result = await ex.client.read_all(upstream)
+        ex.complete = True
+        try:
+            doc = validate_embeddings(result)
+        except Malformed as err:
+            raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        except ErrorBody as err:
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+        rewrite = ModelRewriter(route.upstream_model, route.client_model)
+        out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))
+        await out.prepare(request)
+        await out.write_eof()
+        return out

@@ -1,0 +1,230 @@
+"""The upstream client: one pooled aiohttp session per backend, and the SSE line reader.
+
+Only the configured base URL is ever contacted (the path is ours, never the client's), redirects
+are not followed, and nothing of the client's request but the body we built is forwarded: no
+client headers, no client key. Upstream failures become `GatewayError`s whose messages name the
+backend but carry neither its address nor a stack trace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from types import SimpleNamespace
+from typing import AsyncIterator
+
+import aiohttp
+import msgspec
+
+from ..config import Backend
+from ..errors import GatewayError, clean_message
+from .retry_after import retry_after_seconds
+from .read import read_body, sse_payloads
+
+_MAX_ERROR_BODY = 64 * 1024
+
+
+def _error_text(raw: bytes) -> str:
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace").strip() or "(empty body)"
+    if isinstance(doc, dict):
+        err = doc.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(err, str):
+            return err
+        for key in ("message", "detail"):
+            if isinstance(doc.get(key), str):
+                return doc[key]
+    return raw.decode("utf-8", "replace")[:1000]
+
+
+_KEEPALIVE_S = 30.0  # how long an idle upstream connection is kept, unless the upstream says less
+_KEEPALIVE_TIMEOUT = re.compile(rb"timeout\s*=\s*(\d+(?:\.\d+)?)", re.I)
+
+
+def _stale(err: BaseException) -> bool:
+    """A failure that means "this idle connection was already closed by the upstream", with no
+    byte of an answer read: a disconnect before any part of a response (aiohttp's `message` is
+    then its default text, else the part of the response it had parsed), or a reset / broken
+    pipe / closing transport while the request was being written."""
+    if isinstance(err, aiohttp.ServerDisconnectedError):
+        return err.message is None or isinstance(err.message, str)
+    if isinstance(err, aiohttp.ClientOSError):
+        return err.errno in (None, errno.ECONNRESET, errno.EPIPE)
+    return isinstance(err, ConnectionResetError)
+
+
+async def _on_reuse(session: object, ctx: SimpleNamespace, params: object) -> None:
+    if isinstance(ctx.trace_request_ctx, dict):
+        ctx.trace_request_ctx["reused"] = True
+
+
+class UpstreamClient:
+    """Stale keep-alive connections: an upstream closes an idle connection after its own
+    keep-alive timeout (llama.cpp: `Keep-Alive: timeout=5`), or right after some answers, and a
+    request sent on it in that moment fails before any byte comes back. So the idle time is
+    capped below what the upstream announces, and a request that failed that way on a REUSED
+    connection is sent once more on a fresh one (it cannot have reached the upstream's model: the
+    upstream had closed that connection). A fresh connection's failure, or one after any byte of
+    an answer, is never retried."""
+
+    def __init__(self, name: str, cfg: Backend) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.base = cfg.url.rstrip("/")
+        # vLLM serves /tokenize and /metrics beside /v1, at the server root
+        self.root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # one connection per request: retries
+        self.keepalive_s = _KEEPALIVE_S
+        self.retried = 0  # requests resent after a stale connection (tests, diagnostics)
+
+    def _new_session(self, *, fresh: bool) -> aiohttp.ClientSession:
+        headers = {"content-type": "application/json"}
+        key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_on_reuse)
+        connector = (
+            aiohttp.TCPConnector(limit=0, force_close=True)
+            if fresh
+            else aiohttp.TCPConnector(
+                limit=0,  # the slot pool bounds concurrency, not the connector
+                keepalive_timeout=self.keepalive_s,
+                enable_cleanup_closed=True,
+            )
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.cfg.timeouts.connect_s),
+            headers=headers,
+            auto_decompress=False,
+            # auto_decompress is off: asking for gzip would get bodies we cannot read
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+            trace_configs=[trace],
+        )
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._new_session(fresh=False)
+        return self._session
+
+    def _fresh_session(self) -> aiohttp.ClientSession:
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = self._new_session(fresh=True)
+        return self._fresh
+
+    async def close(self) -> None:
+        for s in (self._session, self._fresh):
+            if s is not None:
+                await s.close()
+
+    async def _request(self, method: str, url: str, **kw) -> aiohttp.ClientResponse:
+        """One request, resent once on a fresh connection when a reused one turned out stale."""
+        ctx: dict = {}
+        try:
+            resp = await self.session().request(method, url, allow_redirects=False, trace_request_ctx=ctx, **kw)
+        except (aiohttp.ClientConnectionError, OSError) as err:
+            if not (ctx.get("reused") and _stale(err)):
+                raise
+            self.retried += 1
+            resp = await self._fresh_session().request(method, url, allow_redirects=False, **kw)
+        self._learn_keepalive(resp)
+        return resp
+
+    def _learn_keepalive(self, resp: aiohttp.ClientResponse) -> None:
+        """Idle connections are dropped a second before the upstream's announced keep-alive
+        timeout would close them under us."""
+        ka = resp.headers.get("keep-alive")
+        if not ka:
+            return
+        m = _KEEPALIVE_TIMEOUT.search(ka.encode("latin-1", "replace"))
+        if m is None:
+            return
+        limit = max(0.5, float(m.group(1)) - 1.0)
+        if limit < self.keepalive_s:
+            self.keepalive_s = limit
+            connector = self.session().connector
+            if connector is not None and hasattr(connector, "_keepalive_timeout"):
+                # aiohttp has no public setter; it reads this on every reuse and cleanup
+                connector._keepalive_timeout = limit
+
+    async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
+        """A whole (non-streaming) answer, at most `limits.max_body_bytes` (upstream_read)."""
+        return await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
+
+    def sse(self, resp: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
+        """The `data:` payloads of a streaming answer, lines at most `limits.max_line_bytes`."""
+        return sse_payloads(resp.content, self.name, self.cfg.limits.max_line_bytes)
+
+    def _unreachable(self, err: BaseException) -> GatewayError:
+        if isinstance(err, aiohttp.ServerDisconnectedError) or (
+            isinstance(err, aiohttp.ClientOSError) and not isinstance(err, aiohttp.ClientConnectorError)
+        ):  # (a ClientOSError after connecting: it reset the connection instead of answering)
+            # it accepted the connection: reachable, but it hung up before answering
+            return GatewayError("upstream_error", f"backend {self.name!r} closed the connection before answering")
+        reason = "connection refused"
+        if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.errno:
+            reason = os.strerror(err.os_error.errno).lower()  # strerror text can hold the address
+        elif isinstance(err, (TimeoutError, aiohttp.ServerTimeoutError)):
+            reason = f"no connection within {self.cfg.timeouts.connect_s:g} s"
+        elif not isinstance(err, aiohttp.ClientConnectorError):
+            reason = type(err).__name__
+        return GatewayError("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})")
+
+    async def post(self, path: str, body: bytes, root: bool = False) -> aiohttp.ClientResponse:
+        """POST and return the response once its headers are in; a non-2xx status is raised as
+        GatewayError("upstream_error") with the upstream's own message and status."""
+        url = (self.root if root else self.base) + path
+        try:
+            resp = await self._request("POST", url, data=body)
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None
+        if resp.status >= 300:
+            try:
+                raw = await resp.content.read(_MAX_ERROR_BODY)
+            except (aiohttp.ClientError, OSError):
+                raw = b""
+            finally:
+                resp.close()
+            raise GatewayError(
+                "upstream_error",
+                f"backend {self.name!r} answered {resp.status}: {clean_message(_error_text(raw))}",
+                status=resp.status if resp.status >= 400 else 502,
+                # a busy or rate-limiting backend knows best when to come back: pass it on
+                retry_after=retry_after_seconds(resp.headers.get("retry-after"))
+                if resp.status in (429, 503, 529) else None,
+            )
+        return resp
+
+    async def get_json(self, path: str, timeout_s: float = 5.0) -> object:
+        try:
+            async with await self._request("GET", self.base + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
+                if resp.status != 200:
+                    raise GatewayError(
+                        "upstream_error",
+                        f"backend {self.name!r} answered {resp.status} to {path}",
+                        status=502,
+                    )
+                return msgspec.json.decode(raw)
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None
+        except msgspec.DecodeError:
+            raise GatewayError("upstream_error", f"backend {self.name!r}: {path} is not JSON") from None
+
+    async def get_text(self, url_path: str, timeout_s: float = 5.0) -> str:
+        """GET a path relative to the server root (e.g. /metrics), not to the /v1 base."""
+        try:
+            async with await self._request("GET", self.root + url_path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status != 200:
+                    raise GatewayError("upstream_error", f"{url_path}: {resp.status}", status=502)
+                raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
+                return raw.decode(resp.charset or "utf-8", "replace")
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            raise self._unreachable(err) from None

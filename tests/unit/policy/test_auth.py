@@ -1,0 +1,111 @@
+"""Client keys (policy/auth.py): who is asking, which models they may use, how many at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from homelab_frontend import config as cfgmod
+from homelab_frontend.errors import GatewayError
+from homelab_frontend.policy.auth import ANONYMOUS, Auth, Principal
+
+
+def _auth(**kw) -> Auth:
+    keys = [cfgmod.AuthKey(name="alice", key_env="A_KEY", max_concurrent=1, priority=3, models=["qwen*"]),
+            cfgmod.AuthKey(name="bob", key="bob-secret")]
+    return Auth(cfgmod.Auth(keys=keys, admin_key_env="ADMIN"), env={"A_KEY": "alice-secret", "ADMIN": "root", **kw})
+
+
+def _req(**headers):
+    return make_mocked_request("POST", "/llm/v1/messages", headers=headers)
+
+
+class _Route:
+    def __init__(self, client_model: str, model: str | None = None) -> None:
+        self.client_model, self.model = client_model, model or client_model
+
+
+def test_open_without_keys():
+    auth = Auth(cfgmod.Auth(), env={})
+    assert auth.open
+    assert auth.authenticate(_req()) is ANONYMOUS
+    assert auth.is_admin(_req())  # open and no admin key: a trusted-network setup, admin allowed
+    assert auth.may_read_metrics(_req())
+
+
+def test_with_client_keys_but_no_admin_key_admin_calls_are_refused():
+    auth = Auth(cfgmod.Auth(keys=[cfgmod.AuthKey(name="bob", key="bob-secret")]), env={})
+    assert not auth.is_admin(_req(Authorization="Bearer bob-secret"))
+    assert auth.may_read_metrics(_req())  # metrics stay open to a LAN scraper
+
+
+def test_either_header_form_and_the_principal_it_names():
+    auth = _auth()
+    p = auth.authenticate(_req(**{"x-api-key": "alice-secret"}))
+    assert (p.name, p.priority) == ("alice", 3)
+    p = auth.authenticate(_req(Authorization="Bearer  bob-secret "))
+    assert p.name == "bob"
+
+
+@pytest.mark.parametrize("headers, message", [
+    ({}, "missing API key"),
+    ({"x-api-key": "   "}, "missing API key"),
+    ({"Authorization": "Basic Ym9i"}, "missing API key"),
+    ({"x-api-key": "alice-secret-but-longer"}, "invalid API key"),
+])
+def test_401s(headers, message):
+    with pytest.raises(GatewayError) as e:
+        _auth().authenticate(_req(**headers))
+    assert e.value.kind == "authentication" and message in e.value.message
+
+
+def test_a_missing_key_env_is_a_config_problem_naming_the_key():
+    with pytest.raises(cfgmod.ConfigError) as e:
+        Auth(cfgmod.Auth(keys=[cfgmod.AuthKey(name="x", key_env="NOPE")], admin_key_env="ADM"), env={})
+    assert e.value.problems == ["auth.keys[0].key_env: environment variable 'NOPE' is not set",
+                                "auth.admin_key_env: environment variable 'ADM' is not set"]
+
+
+def test_models_a_key_may_use_by_glob_on_client_or_configured_name():
+    auth = _auth()
+    r = _req(**{"x-api-key": "alice-secret"})
+    assert auth.admit(r, _Route("qwen2.5:3b"), "anthropic").name == "alice"
+    assert auth.may_use(r, _Route("alias", "qwen-big"))
+    with pytest.raises(GatewayError) as e:
+        auth.admit(r, _Route("llama3"), "anthropic")
+    assert e.value.kind == "permission" and e.value.param == "model" and "'llama3'" in e.value.message
+    assert auth.may_use(_req(**{"x-api-key": "bob-secret"}), _Route("llama3"))  # no list: all models
+
+
+def test_max_concurrent_is_counted_and_survives_a_reload():
+    async def main():
+        auth = _auth()
+        alice = Principal("alice", 3)
+        async with auth.hold(alice):
+            with pytest.raises(GatewayError) as e:
+                async with auth.hold(alice):
+                    pass
+            assert e.value.kind == "rate_limit" and e.value.retry_after == 1
+            new = _auth()
+            new.inherit(auth)  # a reload while alice's request runs
+            with pytest.raises(GatewayError):
+                async with new.hold(alice):
+                    pass
+        async with auth.hold(alice):  # given back
+            pass
+        async with auth.hold(Principal("bob")):  # no limit
+            async with auth.hold(Principal("bob")):
+                pass
+
+    asyncio.run(main())
+
+
+def test_admin_key():
+    auth = _auth()
+    assert auth.is_admin(_req(Authorization="Bearer root"))
+    assert not auth.is_admin(_req(Authorization="Bearer alice-secret"))
+    assert not auth.is_admin(_req())
+    assert auth.may_read_metrics(_req(Authorization="Bearer root"))
+    assert not auth.may_read_metrics(_req())

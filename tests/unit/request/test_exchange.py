@@ -1,0 +1,151 @@
+"""The exchange and its watchdog (request/exchange.py), over a real aiohttp upstream on a free
+loopback port: the slot is held from admission to the end, a read-to-the-end exchange gives it
+back at once, an aborted one only after the upstream can have seen the abort, and a silent
+upstream is cancelled with the timeout's reason."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from homelab_frontend import config as cfgmod
+from homelab_frontend.admission.slots import SlotPool
+from homelab_frontend.errors import GatewayError
+from homelab_frontend.policy.routing import BackendState, Route
+from homelab_frontend.request.exchange import Exchange
+from homelab_frontend.request.tracker import CONNECTING, QUEUED, Tracked
+from homelab_frontend.upstream.client import UpstreamClient
+
+
+async def _upstream(hang: asyncio.Event | None = None):
+    seen = {"aborted": 0}
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await out.prepare(request)
+        if hang is not None:
+            try:
+                await hang.wait()
+            except asyncio.CancelledError:
+                seen["aborted"] += 1  # the gateway closed the connection
+                raise
+        await out.write(b'data: {"choices":[]}\n\ndata: [DONE]\n\n')
+        return out
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1], seen
+
+
+def _route(port: int, **timeouts) -> tuple[Route, dict[str, UpstreamClient]]:
+    b = cfgmod.parse({"backends": {"u": {"url": f"http://127.0.0.1:{port}/v1", "slots": 1,
+                                         "timeouts": timeouts}},
+                      "models": {"m": {"backend": "u"}}}).backends["u"]
+    state = BackendState("u", b, SlotPool("u", 1, 4, 5.0))
+    route = Route("m", "m", "m", (state,), None, affinity=False)
+    return route, {"u": UpstreamClient("u", b)}
+
+
+def test_read_to_the_end_gives_the_slot_back_at_once():
+    async def main():
+        runner, port, _ = await _upstream()
+        route, clients = _route(port)
+        pool = route.backends[0].pool
+        t = Tracked("req_e1", "openai", "m", None, True)
+        try:
+            async with Exchange(t, route, clients) as ex:
+                assert t.phase == QUEUED
+                await ex.admit()
+                assert pool.in_use == 1 and t.queue_wait is not None
+                resp = await ex.open("/chat/completions", b"{}", stream=True)
+                assert t.phase != CONNECTING and t.upstream_headers is not None
+                assert (await resp.read()).endswith(b"[DONE]\n\n")
+                ex.complete = True
+            assert pool.in_use == 0
+        finally:
+            await clients["u"].close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_an_aborted_exchange_closes_upstream_then_gives_the_slot_back():
+    async def main():
+        hang = asyncio.Event()
+        runner, port, seen = await _upstream(hang)
+        route, clients = _route(port)
+        pool = route.backends[0].pool
+        t = Tracked("req_e2", "openai", "m", None, True)
+        try:
+            async def handler():
+                async with Exchange(t, route, clients) as ex:
+                    await ex.admit()
+                    resp = await ex.open("/chat/completions", b"{}", stream=True)
+                    await resp.content.read()  # hangs: the client leaves meanwhile
+
+            task = asyncio.get_running_loop().create_task(handler())
+            while pool.in_use == 0 or t.upstream_headers is None:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert pool.in_use == 0  # given back when the exchange was left
+            for _ in range(100):
+                if seen["aborted"]:
+                    break
+                await asyncio.sleep(0.01)
+            assert seen["aborted"] == 1  # the upstream saw its connection close
+        finally:
+            await clients["u"].close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_a_silent_upstream_is_cancelled_with_the_timeout_reason():
+    async def main():
+        hang = asyncio.Event()
+        runner, port, _ = await _upstream(hang)
+        route, clients = _route(port, first_token_s=0.3)
+        t = Tracked("req_e3", "openai", "m", None, True)
+        try:
+            async def handler():
+                t.task = asyncio.current_task()
+                async with Exchange(t, route, clients) as ex:
+                    await ex.admit()
+                    resp = await ex.open("/chat/completions", b"{}", stream=True)
+                    try:
+                        await resp.content.read()
+                    except asyncio.CancelledError:
+                        return ex.own_cancel()
+
+            err = await asyncio.wait_for(handler(), 5)
+            assert isinstance(err, GatewayError) and err.kind == "timeout"
+            assert t.cancel_reason == "timeout"
+            assert route.backends[0].pool.in_use == 0
+        finally:
+            await clients["u"].close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_all_backends_down_is_counted_against_the_first():
+    async def main():
+        route, clients = _route(9)
+        route.backends[0].up = False
+        t = Tracked("req_e4", "openai", "m", None, False)
+        with pytest.raises(GatewayError) as e:
+            async with Exchange(t, route, clients) as ex:
+                await ex.admit()
+        assert e.value.kind == "backend_down" and t.backend == "u"
+        await clients["u"].close()
+
+    asyncio.run(main())
+

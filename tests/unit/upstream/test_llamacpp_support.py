@@ -1,0 +1,123 @@
+"""Pure pieces of the llama.cpp support: kind detection, context lengths, the context refusal,
+the chunk-stream assembler, stale-connection classification."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from homelab_frontend.upstream import backend_kind
+from homelab_frontend.request.context_clamp import context_refusal
+from homelab_frontend.config import Backend, parse
+from homelab_frontend.ops.health import context_lengths
+from homelab_frontend.surfaces.openai.assemble import CompletionAssembler
+from homelab_frontend.upstream.client import _stale
+
+# what the real llama-server 11434.0.0 answers on GET /v1/models (trimmed)
+LLAMA_MODELS = {
+    "models": [{"name": "gemma-3-270m", "model": "gemma-3-270m", "capabilities": ["completion"]}],
+    "object": "list",
+    "data": [{"id": "gemma-3-270m", "object": "model", "created": 1, "owned_by": "llamacpp",
+              "meta": {"n_ctx": 1024, "n_ctx_train": 32768}}],
+}
+VLLM_MODELS = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm", "max_model_len": 4096}]}
+OLLAMA_MODELS = {"object": "list", "data": [{"id": "qwen2.5:3b-instruct", "object": "model", "owned_by": "library"},
+                                            {"id": "bob/x:7b", "object": "model", "owned_by": "bob"}]}
+OPENAI_MODELS = {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "system"}]}
+
+
+def test_kind_detection():
+    assert backend_kind.detect(LLAMA_MODELS) == "llamacpp"
+    assert backend_kind.detect(VLLM_MODELS) == "vllm"
+    assert backend_kind.detect(OLLAMA_MODELS) == "ollama"
+    assert backend_kind.detect({"object": "list", "data": [{"id": "bob/x:7b", "owned_by": "bob"}]}) == "ollama"
+    assert backend_kind.detect(OPENAI_MODELS) == "openai"
+    assert backend_kind.detect({"detail": "nope"}) is None
+    assert backend_kind.detect([1, 2]) is None
+
+
+def test_explicit_kind_wins_and_unset_is_vllm_until_detected():
+    cfg = parse({"backends": {"a": {"url": "http://h/v1"}, "b": {"url": "http://h/v1", "kind": "ollama"}}})
+    assert cfg.backends["a"].kind is None
+    assert backend_kind.effective(cfg.backends["a"], None).kind == "vllm"
+    assert backend_kind.effective(cfg.backends["a"], "llamacpp").kind == "llamacpp"
+    assert backend_kind.effective(cfg.backends["b"], "llamacpp").kind == "ollama"
+
+
+def test_only_llamacpp_streams_plain_answers_upstream():
+    assert Backend(url="http://h/v1", kind="llamacpp").streams_upstream
+    assert not any(Backend(url="http://h/v1", kind=k).streams_upstream for k in ("vllm", "ollama", "openai"))
+
+
+def test_context_lengths_from_vllm_and_llama_cpp():
+    assert context_lengths(LLAMA_MODELS) == {"gemma-3-270m": 1024}
+    assert context_lengths(VLLM_MODELS) == {"m": 4096}
+    assert context_lengths({"data": [{"id": "x", "meta": {"n_ctx": "big"}}, "junk"]}) == {}
+
+
+def test_context_refusal_llama_cpp_wording():
+    msg = ("backend 'llama' answered 400: request (1209 tokens) exceeds the available context size "
+           "(1024 tokens), try increasing it")
+    assert context_refusal(msg) == (1024, 1209)
+
+
+def _chunk(delta=None, finish=None, usage=None, choices=True) -> bytes:
+    doc = {"id": "chatcmpl-1", "created": 7, "model": "up", "system_fingerprint": "b0",
+           "object": "chat.completion.chunk",
+           "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}] if choices else []}
+    if usage:
+        doc["usage"] = usage
+    return json.dumps(doc).encode()
+
+
+@given(st.lists(st.text(min_size=1, max_size=5), max_size=20))
+def test_assembler_joins_any_split_of_the_content(parts):
+    asm = CompletionAssembler()
+    asm.feed(_chunk({"role": "assistant", "content": None}))  # llama.cpp's first chunk
+    for p in parts:
+        asm.feed(_chunk({"content": p}))
+    asm.feed(_chunk({}, finish="length"))
+    asm.feed(_chunk(choices=False, usage={"prompt_tokens": 3, "completion_tokens": len(parts)}))
+    out = asm.result()
+    assert out["choices"][0]["message"]["content"] == ("".join(parts) or None)
+    assert out["choices"][0]["finish_reason"] == "length"
+    assert out["usage"]["completion_tokens"] == len(parts) == asm.pieces
+    assert (out["id"], out["created"], out["model"], out["object"]) == ("chatcmpl-1", 7, "up", "chat.completion")
+
+
+def test_assembler_tool_calls_and_reasoning():
+    asm = CompletionAssembler()
+    asm.feed(_chunk({"reasoning_content": "think"}))
+    asm.feed(_chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                     "function": {"name": "get", "arguments": "{\"a\""}}]}))
+    asm.feed(_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ":1}"}}]}))
+    asm.feed(_chunk({}, finish="tool_calls"))
+    msg = asm.result()["choices"][0]["message"]
+    assert msg["reasoning_content"] == "think" and msg["content"] is None
+    assert msg["tool_calls"] == [{"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{\"a\":1}"}}]
+
+
+def test_assembler_rejects_a_non_chunk_and_keeps_an_error():
+    asm = CompletionAssembler()
+    try:
+        asm.feed(b"{not json")
+    except ValueError as err:
+        assert "malformed" in str(err)
+    else:
+        raise AssertionError("no error")
+    asm.feed(b'{"error":{"message":"boom"}}')
+    assert asm.error == {"message": "boom"}
+    msgspec.json.encode(asm.result())
+
+
+def test_stale_connection_failures():
+    assert _stale(aiohttp.ServerDisconnectedError())
+    assert _stale(aiohttp.ClientOSError(None, "Can not write request body"))
+    assert _stale(aiohttp.ClientOSError(104, "reset"))
+    assert not _stale(aiohttp.ServerDisconnectedError(message=object()))  # part of an answer was read
+    assert not _stale(aiohttp.ClientOSError(111, "refused"))
+    assert not _stale(TimeoutError())
