@@ -253,12 +253,4 @@ def _loop_running() -> bool:
         return False
 
 
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-        return True
-    except RuntimeError:
-        return False
-
-
 GATEWAY = web.AppKey("gateway", Gateway)
