@@ -120,6 +120,23 @@ class Usage(msgspec.Struct, tag="usage", frozen=True):
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
 
+    def over(self, earlier: "Usage") -> "Usage":
+        """This report laid over an earlier one: upstreams send usage more than once (vLLM's
+        continuous usage, a final usage-only chunk), each count the latest reported, and a count
+        left out now keeps its earlier value."""
+        if ((self.input_tokens is not None or earlier.input_tokens is None)
+                and (self.output_tokens is not None or earlier.output_tokens is None)
+                and (self.cached_input_tokens is not None or earlier.cached_input_tokens is None)):
+            return self  # the common case (every chunk of vLLM's continuous usage): nothing to keep
+        return Usage(
+            self.input_tokens if self.input_tokens is not None else earlier.input_tokens,
+            self.output_tokens if self.output_tokens is not None else earlier.output_tokens,
+            self.cached_input_tokens if self.cached_input_tokens is not None else earlier.cached_input_tokens,
+        )
+
+
+NO_USAGE = Usage()
+
 
 class Finish(msgspec.Struct, tag="finish", frozen=True):
     reason: FinishReason

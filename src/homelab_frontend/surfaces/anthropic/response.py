@@ -95,9 +95,7 @@ class MessageAssembler:
         self._blocks: list[tuple[str, Any]] = []
         self._tools: dict[int, _Tool] = {}
         self._orphan_args: dict[int, list[str]] = {}
-        self._input_tokens: int | None = None
-        self._output_tokens: int | None = None
-        self._cached_tokens: int | None = None
+        self._usage_seen = c.NO_USAGE
         self._finish: c.Finish | None = None
         self._error: c.UpstreamError | None = None
 
@@ -117,12 +115,7 @@ class MessageAssembler:
         elif isinstance(event, c.ToolCallStart):
             self._tool_start(event)
         elif isinstance(event, c.Usage):
-            if event.input_tokens is not None:
-                self._input_tokens = event.input_tokens
-            if event.output_tokens is not None:
-                self._output_tokens = event.output_tokens
-            if event.cached_input_tokens is not None:
-                self._cached_tokens = event.cached_input_tokens
+            self._usage_seen = event.over(self._usage_seen)
         elif isinstance(event, c.Finish):
             self._finish = event
         elif isinstance(event, c.UpstreamError):
@@ -179,10 +172,11 @@ class MessageAssembler:
         }
 
     def _usage(self) -> dict[str, Any]:
-        prompt, cached = self._input_tokens, self._cached_tokens
+        u = self._usage_seen
+        prompt, cached = u.input_tokens, u.cached_input_tokens
         if cached is None or prompt is None or cached > prompt:
-            return {"input_tokens": prompt, "output_tokens": self._output_tokens}
-        return {"input_tokens": prompt - cached, "output_tokens": self._output_tokens,
+            return {"input_tokens": prompt, "output_tokens": u.output_tokens}
+        return {"input_tokens": prompt - cached, "output_tokens": u.output_tokens,
                 "cache_read_input_tokens": cached}
 
     def _content(self) -> list[dict[str, Any]]:

@@ -120,6 +120,7 @@ from ...canonical import (
     ToolCallStart,
     UpstreamError,
     Usage,
+    NO_USAGE,
 )
 from ..signature import ThinkingSigner
 from .rules import STOP_REASONS, new_tool_use_id, tool_use_id
@@ -310,9 +311,7 @@ class AnthropicStreamEncoder:
         "state",
         "stop_reason",
         "stop_sequence",
-        "prompt_tokens",
-        "output_tokens",
-        "cached_input_tokens",
+        "usage",
         "failed",
         "dropped_tool_args",
         "_signer",
@@ -345,9 +344,7 @@ class AnthropicStreamEncoder:
         self.state = IDLE
         self.stop_reason: str | None = None  # Anthropic stop_reason once a Finish arrived
         self.stop_sequence: str | None = None
-        self.prompt_tokens: int | None = None  # as the upstream reported (cached included)
-        self.output_tokens: int | None = None
-        self.cached_input_tokens: int | None = None
+        self.usage = NO_USAGE
         self.failed = False
         self.dropped_tool_args = 0
         self._signer = signer
@@ -384,6 +381,19 @@ class AnthropicStreamEncoder:
         c = self.cached_input_tokens
         return p - c if c is not None and c <= p else p
 
+    # the upstream's counts so far (canonical.Usage.over folds each report in)
+    @property
+    def prompt_tokens(self) -> int | None:  # as the upstream reported (cached included)
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self.usage.output_tokens
+
+    @property
+    def cached_input_tokens(self) -> int | None:
+        return self.usage.cached_input_tokens
+
     @property
     def block_count(self) -> int:
         return self._index + 1
@@ -396,12 +406,7 @@ class AnthropicStreamEncoder:
             return b""
         kind = type(event)
         if kind is Usage:
-            if event.input_tokens is not None:
-                self.prompt_tokens = event.input_tokens
-            if event.output_tokens is not None:
-                self.output_tokens = event.output_tokens
-            if event.cached_input_tokens is not None:
-                self.cached_input_tokens = event.cached_input_tokens
+            self.usage = event.over(self.usage)
             return self._message_start() if state is IDLE else b""
         if kind is UpstreamError:
             return self.fail(event.kind, event.message)

@@ -91,6 +91,7 @@ from ...canonical import (
     ToolCallStart,
     UpstreamError,
     Usage,
+    NO_USAGE,
 )
 from . import response as r
 from .sealed import ReasoningSealer
@@ -156,7 +157,7 @@ class ResponsesStreamEncoder:
     `finish_reason`, `dropped_tool_args`, `output` (finished items)."""
 
     __slots__ = ("state", "seq", "base", "names", "sealer", "output", "finish_reason", "failed",
-                 "prompt_tokens", "output_tokens", "cached_input_tokens", "dropped_tool_args",
+                 "usage", "dropped_tool_args",
                  "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index", "_held_ws",
                  "_head", "_call_ids", "_error")
 
@@ -170,9 +171,7 @@ class ResponsesStreamEncoder:
         self.output: list[dict] = []
         self.finish_reason: str | None = None
         self.failed = False
-        self.prompt_tokens: int | None = None
-        self.output_tokens: int | None = None
-        self.cached_input_tokens: int | None = None
+        self.usage = NO_USAGE
         self.dropped_tool_args = 0
         self._new_id = new_id
         self._item_id = ""
@@ -193,6 +192,20 @@ class ResponsesStreamEncoder:
     def ended(self) -> bool:
         return self.state is ENDED
 
+    # the upstream's counts so far (canonical.Usage.over folds each report in)
+    @property
+    def prompt_tokens(self) -> int | None:  # as the upstream reported (cached included)
+        return self.usage.input_tokens
+
+    @property
+    def output_tokens(self) -> int | None:
+        return self.usage.output_tokens
+
+    @property
+    def cached_input_tokens(self) -> int | None:
+        return self.usage.cached_input_tokens
+
+
     # -- the API -----------------------------------------------------------------------------
 
     def feed(self, event: Event) -> bytes:
@@ -201,12 +214,7 @@ class ResponsesStreamEncoder:
             return b""
         kind = type(event)
         if kind is Usage:
-            if event.input_tokens is not None:
-                self.prompt_tokens = event.input_tokens
-            if event.output_tokens is not None:
-                self.output_tokens = event.output_tokens
-            if event.cached_input_tokens is not None:
-                self.cached_input_tokens = event.cached_input_tokens
+            self.usage = event.over(self.usage)
             return b""
         if kind is UpstreamError:
             return self.fail("rate_limit_exceeded" if event.kind == "overloaded_error" else "server_error",
