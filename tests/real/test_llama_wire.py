@@ -237,3 +237,17 @@ def test_anthropic_stream_grammar_on_the_wire(llama_gw, idle_llama):
     assert names[0] == "message_start" and names[-1] == "message_stop"
     delta = [d for n, d in sse_events(body) if n == "message_delta"][0]
     assert delta["usage"]["output_tokens"] == 5
+
+
+def test_consecutive_user_items_render_with_gemmas_template(oai):
+    """Codex's shape: its <environment_context> and the prompt as two user items in a row. Gemma
+    3's chat template raises on two user messages in a row ("roles must alternate"): the gateway
+    joins them (system_turns: merge), so llama.cpp renders the conversation and answers."""
+    r = oai.responses.create(model=MODEL, store=False, max_output_tokens=8, temperature=0, input=[
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>cwd: /work</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Count from 1 to 10."}]},
+    ])
+    assert r.status in ("completed", "incomplete") and r.output_text
+    c = oai.chat.completions.create(model=MODEL, max_tokens=8, temperature=0, messages=[
+        {"role": "user", "content": "Hello."}, {"role": "user", "content": "Count from 1 to 10."}])
+    assert c.choices[0].message.content
