@@ -17,7 +17,7 @@ from aiohttp import web
 from ..errors import GatewayError
 from ..policy import limits
 from ..request.exchange import client_gone
-from ..request.outcome import FAILED, LEFT
+from ..request.outcome import FAILED, LEFT, OK
 from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
 from ..surfaces.openai import errors as openai_errors
@@ -72,7 +72,11 @@ def surface(dialect: str, fn: Handler):
 
 
 def _client_left(t: Tracked) -> None:
-    t.end(LEFT, override=True)
+    if t.outcome != OK:
+        # it had failed already (an upstream failure, a timeout) and its error went out; a client
+        # that hangs up on reading that error (Codex does, at response.failed) changes neither
+        return
+    t.end(LEFT)
     t.status = 499  # nginx's "client closed request": nothing was sent
 
 
