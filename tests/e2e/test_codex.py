@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from stubproc import wait_for
 from gwproc import Gateway, config_for
 from recording_proxy import RecordingProxy
 from stubproc import start_stub
@@ -164,6 +165,7 @@ def test_a_broken_stream_ends_codex_with_an_error_not_a_hang(codex_cli, stack, t
     vllm, gw, proxy = stack.vllm, stack.gw, stack.proxy
     vllm.reset()
     proxy.exchanges.clear()
+    logged_before = len([r for r in gw.access_log() if r["path"] == "/llm/v1/responses"])
     codex_home(tmp_path, proxy.url + "/llm/v1")
     done, seconds = run_codex(codex_cli, tmp_path, "Say something long. [stub content=50 fail_after=3]")
     why = f"exit {done.returncode} after {seconds:.1f} s\nstdout:\n{done.stdout[-2000:]}\nstderr:\n{done.stderr[-3000:]}\n{_summary(proxy)}"
@@ -172,6 +174,11 @@ def test_a_broken_stream_ends_codex_with_an_error_not_a_hang(codex_cli, stack, t
     assert "error" in (done.stderr + done.stdout).lower(), why
     # every attempt was a stream that the gateway ended with response.failed
     assert proxy.exchanges and all(x.status == 200 for x in proxy.exchanges), why
+    # Codex exits on the response.failed frame, which can be before the gateway has written that
+    # request's access-log line (at the end of the handler): wait for it, so the slice below is
+    # this test's requests and not the previous test's last one
+    wait_for(lambda: len([r for r in gw.access_log() if r["path"] == "/llm/v1/responses"])
+             >= logged_before + len(proxy.exchanges), 10)
     log = [r for r in gw.access_log() if r["path"] == "/llm/v1/responses"][-len(proxy.exchanges):]
     assert all(r["outcome"] == "error_upstream_midstream" for r in log), (log, why)
     # Codex retried the failed stream (stream_max_retries = 1), then gave up
