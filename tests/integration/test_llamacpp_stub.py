@@ -119,7 +119,7 @@ def test_leak_check_reads_requests_processing(gw, llama_stub):
         assert llama["upstream_running_age_s"] is not None and llama["upstream_running_age_s"] >= 0
     finally:
         sock.close()
-    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 2)
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 10)
 
 
 def test_requests_right_after_streams_never_meet_a_closed_connection(gw):
