@@ -53,13 +53,20 @@ class UsageFold:
                 usage = ev
             elif kind is _ToolCallStart:
                 started = True
+        t = self.t
+        # add()'s rules, spelled out: this runs once per upstream chunk
         if usage is not None:
-            return self.add(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, n, started)
-        if n:
-            self.t.tokens_out += n
-        elif not started:
-            return False
-        if self.first:
+            if usage.input_tokens is not None:
+                t.tokens_in = usage.input_tokens
+            if usage.cached_input_tokens is not None:
+                t.tokens_cached = usage.cached_input_tokens
+            if usage.output_tokens is not None:
+                t.tokens_out = usage.output_tokens  # this chunk's own tokens included
+            elif n:
+                t.tokens_out += n
+        elif n:
+            t.tokens_out += n
+        if self.first and (n or started):
             self.first = False
             self.ex.first_token()
             return True
