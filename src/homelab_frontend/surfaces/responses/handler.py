@@ -38,8 +38,6 @@ from .stream import ResponsesStreamEncoder
 log = logging.getLogger("homelab_frontend")
 _encode = msgspec.json.encode
 
-__all__ = ["State", "create", "retrieve", "delete", "conversation"]
-
 
 def _parse(body: bytes, lim, sealer: ReasoningSealer) -> ParsedRequest:
     limits.check_json(body, lim, counted=("input",))  # Gateway.parse counted messages and tools
