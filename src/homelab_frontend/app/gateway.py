@@ -25,7 +25,7 @@ from ..policy import limits
 from ..policy.auth import Auth, Principal
 from ..policy.routing import BackendState, Router
 from ..request.tracker import Tracked, Tracker
-from ..surfaces.responses import handler as responses_surface
+from ..surfaces.responses.state import State as ResponsesState
 from ..surfaces.signature import ThinkingSigner
 from ..upstream import backend_kind
 from ..upstream.client import UpstreamClient
@@ -67,7 +67,7 @@ class Gateway:
         self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
         self._retiring: set[asyncio.Task] = set()
         self.apply(cfg)
-        self.responses = responses_surface.State(self)  # reasoning sealer and the response store
+        self.responses = ResponsesState(self)  # reasoning sealer and the response store
 
     # -- configuration ------------------------------------------------------------------------
 
