@@ -145,9 +145,9 @@ class Exchange:
         t0 = time.monotonic()
         try:
             self.resp = await client.post(path, body)
-        except UpstreamFailure as err:
+        except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
-            if err.cause in failover.CONNECTION_CAUSES:
+            if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
                 self.backend.connection_failed(err.message)
             else:
                 self.backend.passive.answered(False)
