@@ -285,3 +285,8 @@ def test_a_fallback_loop_is_a_config_error(tmp_path):
     assert done.returncode != 0
     assert "models.a.fallback: a loop (a -> c -> a)" in done.stdout + done.stderr
     assert "models.d.fallback: no model named 'nope'" in done.stdout + done.stderr
+    path.write_text(yaml.safe_dump(config_for({"b": "http://127.0.0.1:1/v1"}, {
+        "a": {"backend": "b", "fallback": "c"}, "c": {"backend": "b"}})))
+    done = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "all down: c" in done.stdout
