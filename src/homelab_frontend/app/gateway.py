@@ -206,9 +206,13 @@ class Gateway:
 
     def _kick_probe(self, name: str) -> None:
         """Probe now (once at a time): a failed connect marks the backend down only when the
-        probe agrees, so one dropped keep-alive connection cannot take a backend out."""
+        probe agrees, so one dropped keep-alive connection cannot take a backend out. Not for a
+        backend its requests marked down: its re-probes back off (policy/passive_health.py)."""
         task = self._kicked.get(name)
-        if name in self.backends and (task is None or task.done()) and _loop_running():
+        state = self.backends.get(name)
+        if state is None or (not state.up and state.passive.suspect):
+            return
+        if (task is None or task.done()) and _loop_running():
             self._kicked[name] = asyncio.get_running_loop().create_task(self.probe(name))
 
     # -- backend health -----------------------------------------------------------------------
