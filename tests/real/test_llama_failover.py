@@ -20,6 +20,7 @@ from stubproc import wait_for
 
 pytestmark = pytest.mark.timeout(400)
 CLIENTS = 4
+LONG = "Write a very long story about a dragon."
 
 
 def _stream(url: str, max_tokens: int, prompt: str = "Say hi.") -> tuple[int, bytes, str]:
@@ -55,11 +56,11 @@ def test_a_killed_backend_costs_only_the_streams_it_was_running():
             url = gw.base + "/chat/completions"
             # a long stream on each backend (the second goes to the one with more free slots)
             longs: list[tuple[int, bytes, str]] = []
-            threads = [threading.Thread(target=lambda: longs.append(_stream(url, 900, "Write a very long story about a dragon.")))]
+            threads = [threading.Thread(target=lambda: longs.append(_stream(url, 900, LONG)))]
             threads[0].start()
             first = wait_for(lambda: [r for r in gw.admin()["requests"] if r["phase"] == "streaming"], 60)[0]
             victim, other = first["backend"], "b" if first["backend"] == "a" else "a"
-            threads.append(threading.Thread(target=lambda: longs.append(_stream(url, 900, "Write a very long story about a dragon."))))
+            threads.append(threading.Thread(target=lambda: longs.append(_stream(url, 900, LONG))))
             threads[1].start()
             wait_for(lambda: {r["backend"] for r in gw.admin()["requests"] if r["phase"] == "streaming"} == {"a", "b"}, 60)
 
@@ -98,7 +99,7 @@ def test_a_killed_backend_costs_only_the_streams_it_was_running():
                 failed = [log[rid] for status, body, rid in everything if not _ok(body)]
                 # the streams that broke were those answering on the killed server, with the error frame
                 assert failed and all(r["backend"] == victim and r["outcome"] == "error_upstream_midstream"
-                                      for r in failed), failed
+                                      for r in failed), [(r["backend"], r["outcome"], r["status"], r.get("failovers")) for r in failed]
                 assert all(b'"error"' in sse_data(body)[-1] for _, body, _ in everything if not _ok(body))
                 long_outcomes = {log[rid]["backend"]: _ok(body) for _, body, rid in longs}
                 assert long_outcomes == {victim: False, other: True}
