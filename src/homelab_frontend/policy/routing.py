@@ -141,12 +141,13 @@ class Route:
         if best is None:
             names = ", ".join(repr(b.name) for b in self.backends)
             detail = "; ".join(f"{b.name}: {b.last_error}" for b in self.backends if b.last_error)
-            # Down, not busy: its own kind, and Retry-After is when the next probe may bring it back
+            # Down, not busy: its own kind, and Retry-After is when the next probe may bring it
+            # back (sooner for one its requests marked down: policy/passive_health.py)
             raise GatewayError(
                 "backend_down",
                 f"model {self.client_model!r}: backend {names} is down"
                 + (f" ({detail})" if detail else ""),
-                retry_after=min(b.cfg.health_interval_s for b in self.backends),
+                retry_after=min(b.passive.next_probe_s(b.cfg.health_interval_s) for b in self.backends),
             )
         if session is None or not self.affinity or len(up) < 2:
             return best, None
