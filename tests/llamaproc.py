@@ -67,12 +67,13 @@ class LlamaServer:
     # One thread: llama.cpp's worker threads spin at their barriers, and two of them on a 2-core
     # machine that also runs the gateway, the clients and other work slowed decoding from ~80 to
     # a few tokens a second (so a stopped stream was noticed only seconds later, at its next token).
-    def __init__(self, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = (),
+                 port: int | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hlf-llama-"))
         self.log_path = self.dir / "llama-server.log"
         self.parallel, self.ctx = parallel, ctx
         for _ in range(5):  # a free port can be taken between the probe and llama-server's bind
-            self.port = free_port()
+            self.port = port or free_port()  # a given port: a server brought back where it was
             self._log = open(self.log_path, "wb")
             self.proc = subprocess.Popen(
                 [str(BIN), "-m", str(GGUF), "--alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port),

@@ -65,8 +65,8 @@ class StubHandle:
         self._final_log: str | None = None
 
     # -- HTTP helpers --
-    def _call(self, method: str, path: str) -> Any:
-        request = urllib.request.Request(self.url + path, method=method, data=b"" if method == "POST" else None)
+    def _call(self, method: str, path: str, data: bytes = b"") -> Any:
+        request = urllib.request.Request(self.url + path, method=method, data=data if method == "POST" else None)
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())
 
@@ -75,6 +75,11 @@ class StubHandle:
 
     def reset(self) -> dict:
         return self._call("POST", "/stub/reset")
+
+    def fail(self, **how: Any) -> dict:
+        """Every chat request fails from now on: fail(status=503, message="...") answers that
+        status, fail(reset=True) closes the connection unanswered; fail() clears it."""
+        return self._call("POST", "/stub/fail", json.dumps(how).encode() if how else b"")
 
     def requests(self) -> list[dict]:
         """Recent chat requests, oldest first: [{"body": {...}, "headers": {lowercased: value}}]."""

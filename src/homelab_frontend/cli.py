@@ -32,6 +32,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         policy = ""
         if len(m.backend_names()) > 1:
             policy = f", session affinity (wait <= {m.affinity_max_wait_s:g}s)" if m.affinity else ", most free slots"
+        if m.fallback:
+            policy += f"; all down: {m.fallback}"
         print(f"  {name:<28} -> {', '.join(m.backend_names())}  (upstream model {up}{policy})")
     if cfg.aliases:
         print("aliases:")

@@ -84,6 +84,9 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     # (policy/affinity.py); a turn waits at most this much longer there than on the least-loaded one.
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
+    # Another model to serve this one's requests when every backend of this one is down (not
+    # when they are busy: busy waits in the queue). The answer still names the client's model.
+    fallback: str | None = None
 
     def backend_names(self) -> list[str]:
         if self.backends:
@@ -238,6 +241,25 @@ def parse(raw: Any) -> Config:
     return cfg
 
 
+def _fallback_problems(models: dict[str, Model]) -> list[str]:
+    """A fallback names a model; following fallbacks never comes back to where it started."""
+    problems = []
+    for name, m in models.items():
+        if m.fallback is None:
+            continue
+        if m.fallback not in models:
+            problems.append(f"models.{name}.fallback: no model named {m.fallback!r}")
+            continue
+        chain = [name]
+        nxt: str | None = m.fallback
+        while nxt is not None and nxt in models and nxt not in chain:
+            chain.append(nxt)
+            nxt = models[nxt].fallback
+        if nxt == name:
+            problems.append(f"models.{name}.fallback: a loop ({' -> '.join([*chain, name])})")
+    return problems
+
+
 def _check(cfg: Config, raw_backends: dict) -> list[str]:
     problems: list[str] = []
     if not (0 <= cfg.listen.port <= 65535):
@@ -274,6 +296,7 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
             key = f"{p}.backend" if m.backend else f"{p}.backends[{i}]"
             if bname not in cfg.backends and bname not in raw_backends:
                 problems.append(f"{key}: no backend named {bname!r}")
+    problems += _fallback_problems(cfg.models)
     for pattern, target in cfg.aliases.items():
         if target not in cfg.models:
             problems.append(f"aliases.{pattern}: no model named {target!r}")

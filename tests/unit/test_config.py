@@ -110,3 +110,22 @@ def test_affinity_is_on_by_default_and_off_per_model():
                       "models": {"m": {"backend": "a", "affinity_max_wait_s": -1}, "k": {"backend": "a", "affinity": "yes"}}})
     assert "models.m.affinity_max_wait_s: must be 0 or more" in err.value.problems
     assert any(p.startswith("models.k.affinity") for p in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize("models,expected", [
+    ({"a": {"backend": "g", "fallback": "a"}}, "models.a.fallback: a loop (a -> a)"),
+    ({"a": {"backend": "g", "fallback": "b"}, "b": {"backend": "g", "fallback": "a"}},
+     "models.b.fallback: a loop (b -> a -> b)"),
+    ({"a": {"backend": "g", "fallback": "zz"}}, "models.a.fallback: no model named 'zz'"),
+])
+def test_fallback_problems(models, expected):
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse({"backends": {"g": {"url": "http://h/v1"}}, "models": models})
+    assert expected in ei.value.problems
+
+
+def test_a_fallback_chain_without_a_loop_is_fine():
+    cfg = cfgmod.parse({"backends": {"g": {"url": "http://h/v1"}},
+                        "models": {"a": {"backend": "g", "fallback": "b"}, "b": {"backend": "g", "fallback": "c"},
+                                   "c": {"backend": "g"}}})
+    assert cfg.models["a"].fallback == "b"

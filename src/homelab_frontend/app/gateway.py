@@ -65,6 +65,7 @@ class Gateway:
         self._probes: dict[str, asyncio.Task] = {}
         self._kicked: dict[str, asyncio.Task] = {}
         self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
+        self._wake: dict[str, asyncio.Event] = {}  # set when its requests mark a backend down
         self._retiring: set[asyncio.Task] = set()
         self.apply(cfg)
         self.responses = ResponsesState(self)  # reasoning sealer and the response store
@@ -81,6 +82,7 @@ class Gateway:
             if state is None:
                 state = self.backends[name] = BackendState(name, backend_kind.effective(b, None),
                                                            _pool(name, b, self.cluster))
+                state.on_down = self._marked_down
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
@@ -187,7 +189,10 @@ class Gateway:
         return await asyncio.to_thread(work)
 
     def headers(self, t: Tracked) -> dict[str, str]:
-        return {"request-id": t.id, "server-timing": server_timing(t)}
+        h = {"request-id": t.id, "server-timing": server_timing(t)}
+        if t.served_model is not None:  # the configured model that answered (a fallback's, if one)
+            h["x-hlf-served-model"] = t.served_model
+        return h
 
     def hold(self, principal: Principal):
         return self.auth.hold(principal)
@@ -201,9 +206,13 @@ class Gateway:
 
     def _kick_probe(self, name: str) -> None:
         """Probe now (once at a time): a failed connect marks the backend down only when the
-        probe agrees, so one dropped keep-alive connection cannot take a backend out."""
+        probe agrees, so one dropped keep-alive connection cannot take a backend out. Not for a
+        backend its requests marked down: its re-probes back off (policy/passive_health.py)."""
         task = self._kicked.get(name)
-        if name in self.backends and (task is None or task.done()) and _loop_running():
+        state = self.backends.get(name)
+        if state is None or (not state.up and state.passive.suspect):
+            return
+        if (task is None or task.done()) and _loop_running():
             self._kicked[name] = asyncio.get_running_loop().create_task(self.probe(name))
 
     # -- backend health -----------------------------------------------------------------------
@@ -221,6 +230,20 @@ class Gateway:
         client = self.clients.get(name)
         if state is not None and client is not None:
             await health.probe(state, client)
+            state.passive.probed(state.up)
+
+    def _marked_down(self, state: BackendState) -> None:
+        """Its requests marked a backend down (policy/passive_health.py): the probe loop re-plans
+        its next probe, soon, instead of a whole health interval on."""
+        log.warning("backend %s is down: %s", state.name, state.last_error)
+        wake = self._wake.get(state.name)
+        if wake is not None:
+            wake.set()
+
+    def _probe_interval(self, state: BackendState) -> float:
+        if not state.up and state.passive.suspect:
+            return state.passive.next_probe_s(state.cfg.health_interval_s)
+        return state.cfg.health_interval_s
 
     async def _probe_loop(self, name: str) -> None:
         while name in self.backends:
@@ -229,24 +252,32 @@ class Gateway:
                     return
                 await asyncio.sleep(0.5)
                 continue
+            wake = self._wake.setdefault(name, asyncio.Event())
+            wake.clear()  # a mark-down from here on re-plans the wait after this probe
             await self.probe(name)
-            await self._until_next_probe(name)
+            await self._until_next_probe(name, wake)
 
-    async def _until_next_probe(self, name: str) -> None:
-        """One health interval; meanwhile, while a slot there is held, the backend's own running
-        count is re-read every `health.HELD_REFRESH_S` (ops/health.py says why)."""
+    async def _until_next_probe(self, name: str, wake: asyncio.Event) -> None:
+        """One health interval (or, for a backend its requests marked down, the passive-health
+        backoff: re-planned when `wake` says they just did); meanwhile, while a slot there is
+        held, the backend's own running count is re-read every `health.HELD_REFRESH_S`."""
         state = self.backends.get(name)
         if state is None:
             await asyncio.sleep(1)
             return
         loop = asyncio.get_running_loop()
-        end = loop.time() + state.cfg.health_interval_s
+        end = loop.time() + self._probe_interval(state)
         while (left := end - loop.time()) > 0:
-            if not (state.up and health.reads_running(state)):
-                await asyncio.sleep(left)
-                return
-            await asyncio.sleep(min(left, health.HELD_REFRESH_S))
-            if state.pool.in_use and end - loop.time() > health.HELD_REFRESH_S / 4:
+            step = min(left, health.HELD_REFRESH_S) if state.up and health.reads_running(state) else left
+            try:
+                await asyncio.wait_for(wake.wait(), step)
+            except TimeoutError:
+                pass
+            else:
+                wake.clear()
+                end = loop.time() + self._probe_interval(state)
+                continue
+            if state.up and state.pool.in_use and health.reads_running(state) and end - loop.time() > step / 4:
                 await self._read_running(name)
 
     async def refresh_running(self) -> None:

@@ -30,6 +30,9 @@ class AccessLog:
             "dialect": t.dialect,
             "model": t.model or None,
             "backend": t.backend,
+            "backends_tried": t.tried(),  # more than one: it failed over (request/failover.py)
+            "failovers": [{"backend": b, "cause": c} for b, c in t.failovers] if t.failovers else None,
+            "served_model": t.served_model,
             "key": t.key_name,
             "stream": t.stream,
             "status": t.status,

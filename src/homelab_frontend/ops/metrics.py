@@ -196,6 +196,9 @@ class Metrics:
             "spill (it was too busy: the least-loaded backend instead).", ["model", "result"])
         self.upstream_errors = _Family(
             "hlf_upstream_errors", "Requests that failed on the backend's side, by kind.", ["backend", "kind"])
+        self.failovers = _Family(
+            "hlf_failovers", "Requests moved to another backend after this one failed them before answering, "
+            "by cause (request/failover.py).", ["backend", "cause"])
         self.reloads = _Family(
             "hlf_config_reloads", "Config reloads (SIGHUP or POST /admin/reload) by result.", ["result"])
         self.clamps = _Family(
@@ -206,7 +209,7 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         r.register(_Recorded([self.requests, self.queue_wait, self.ttft, self.tpot, self.duration,
                               self.tokens_in, self.tokens_out, self.tokens_cached, self.affinity,
-                              self.upstream_errors, self.reloads, self.clamps]))
+                              self.upstream_errors, self.failovers, self.reloads, self.clamps]))
         r.register(_LiveCollector(gw))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
@@ -239,7 +242,7 @@ class Metrics:
     def observe(self, t: Tracked) -> None:
         """Count one finished request. Runs once per request: keep it cheap."""
         now = time.monotonic()
-        model = self.model_label(t.model)
+        model = t.served_model or self.model_label(t.model)  # a fallback's tokens are its own
         backend = t.backend or ""
         key = (t.dialect, model, backend, t.outcome)
         c = self._children.get(key)
@@ -269,6 +272,9 @@ class Metrics:
             c.upstream_error.inc()
         if t.clamp is not None and backend:
             self.clamps.labels(backend, t.clamp).inc()
+        if t.failovers:
+            for failed, cause in t.failovers:
+                self.failovers.labels(failed, cause).inc()
         self.finished += 1
         ok = t.outcome == "ok"
         if not ok:

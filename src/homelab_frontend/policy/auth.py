@@ -128,7 +128,8 @@ class Auth:
         key = request.get(_PRINCIPAL)
         if key is None or key.cfg.models is None:
             return True
-        names = (route.client_model, route.model)
+        # the model the client asked for, not a fallback the gateway chose for it
+        names = (route.client_model, route.requested or route.model)
         return any(fnmatch.fnmatchcase(n, p) for p in key.cfg.models for n in names)
 
     def admit(self, request: web.Request, route: Route | None, dialect: str) -> Principal:

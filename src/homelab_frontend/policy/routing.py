@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Collection, Protocol
 
 from . import affinity
+from .passive_health import PassiveHealth
 from .. import config as cfgmod
 from ..errors import GatewayError
 
@@ -61,10 +62,30 @@ class BackendState:
     # `kind` left out of the config: cfg.kind is the detected one (upstream/backend_kind.py)
     auto_kind: bool = False
     detected_kind: str | None = None
+    passive: PassiveHealth = field(default_factory=PassiveHealth)  # what its real requests say
+    on_down: Callable[["BackendState"], None] | None = None  # told when its requests mark it down
 
     @property
     def free(self) -> int:
         return self.pool.slots - self.pool.in_use
+
+    def connection_failed(self, message: str) -> bool:
+        """A request could not connect to it (policy/passive_health.py). -> True when that marked
+        it down."""
+        if not self.up or not self.passive.connection_failed():
+            return False
+        self.up = False
+        self.last_error = f"{message} (on its requests; probed again soon)"
+        if self.on_down is not None:
+            self.on_down(self)
+        return True
+
+    def interchangeable(self, other: "BackendState") -> bool:
+        """Whether a request planned for this backend may go to `other` as it is: the surfaces
+        decide from the backend, before opening, whether to stream a plain answer upstream and
+        whether to match stop strings themselves (config.Backend)."""
+        a, b = self.cfg, other.cfg
+        return a.streams_upstream == b.streams_upstream and a.reports_stop_reason == b.reports_stop_reason
 
 
 @dataclass(frozen=True)
@@ -77,6 +98,23 @@ class Route:
     system_turns: str = "merge"  # config.Model.system_turns
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
+    # the model to serve instead when every backend of this one is down (config.Model.fallback),
+    # resolved for the same client name
+    fallback: "Route | None" = None
+    requested: str = ""  # the configured model the client's name resolved to (before any fallback)
+
+    @property
+    def all_down(self) -> bool:
+        return not any(b.up for b in self.backends)
+
+    def serving(self) -> "Route":
+        """This route, or when every backend of its model is down (not merely busy: busy waits
+        in the queue) the first fallback in its chain with a backend up. When the whole chain is
+        down, this route: its refusal names this model's backends."""
+        route: Route | None = self
+        while route is not None and route.all_down:
+            route = route.fallback
+        return route or self
 
     @property
     def wants_session(self) -> bool:
@@ -103,12 +141,13 @@ class Route:
         if best is None:
             names = ", ".join(repr(b.name) for b in self.backends)
             detail = "; ".join(f"{b.name}: {b.last_error}" for b in self.backends if b.last_error)
-            # Down, not busy: its own kind, and Retry-After is when the next probe may bring it back
+            # Down, not busy: its own kind, and Retry-After is when the next probe may bring it
+            # back (sooner for one its requests marked down: policy/passive_health.py)
             raise GatewayError(
                 "backend_down",
                 f"model {self.client_model!r}: backend {names} is down"
                 + (f" ({detail})" if detail else ""),
-                retry_after=min(b.cfg.health_interval_s for b in self.backends),
+                retry_after=min(b.passive.next_probe_s(b.cfg.health_interval_s) for b in self.backends),
             )
         if session is None or not self.affinity or len(up) < 2:
             return best, None
@@ -121,6 +160,18 @@ class Route:
         ):
             return preferred, "hit"
         return best, "spill"
+
+    def alternative(self, tried: Collection[str], failed: BackendState) -> BackendState | None:
+        """Another backend to send a request to after `failed` failed it before answering
+        (request/failover.py): one up, not tried yet, interchangeable with `failed`, with the
+        most free slots (then the shortest queue). None when there is none."""
+        best: BackendState | None = None
+        for b in self.backends:
+            if not b.up or b.name in tried or not failed.interchangeable(b):
+                continue
+            if best is None or (b.free, -b.pool.queued) > (best.free, -best.pool.queued):
+                best = b
+        return best
 
     def context_length(self, backend: BackendState) -> int | None:
         return self.max_model_len or backend.cfg.max_model_len or backend.model_lens.get(
@@ -139,8 +190,13 @@ class Router:
 
     def resolve(self, client_model: str) -> Route:
         route = self._cache.get(client_model)
-        if route is not None:
-            return route
+        if route is None:
+            route = self._route(client_model)
+            if len(self._cache) < 4096:  # client names are unbounded input: cap the memo
+                self._cache[client_model] = route
+        return route.serving() if route.fallback is not None else route
+
+    def _route(self, client_model: str) -> Route:
         name = resolve_alias(self.cfg, client_model)
         if name is None:
             available = ", ".join(sorted(self.cfg.models)) or "(none configured)"
@@ -149,8 +205,14 @@ class Router:
                 f"model {client_model!r} not found; available models: {available}",
                 param="model",
             )
+        return self._model_route(client_model, name, name)
+
+    def _model_route(self, client_model: str, name: str, requested: str, seen: tuple[str, ...] = ()) -> Route:
         m = self.cfg.models[name]
-        route = Route(
+        fallback = None
+        if m.fallback is not None and m.fallback not in seen and m.fallback != name:  # config rejects loops
+            fallback = self._model_route(client_model, m.fallback, requested, (*seen, name))
+        return Route(
             client_model=client_model,
             model=name,
             upstream_model=m.upstream_model or name,
@@ -159,7 +221,6 @@ class Router:
             system_turns=m.system_turns,
             affinity=m.affinity,
             affinity_max_wait_s=m.affinity_max_wait_s,
+            fallback=fallback,
+            requested=requested,
         )
-        if len(self._cache) < 4096:  # client names are unbounded input: cap the memo
-            self._cache[client_model] = route
-        return route

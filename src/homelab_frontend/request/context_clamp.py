@@ -64,6 +64,15 @@ async def open_chat(
     continuous_usage: bool = False,
     send_stop: bool = True,
 ) -> aiohttp.ClientResponse:
+    """The upstream chat for `req` on the exchange's backend, or, when that one fails before
+    answering, on another of the model's (Exchange.attempt: the body and the clamp are the
+    backend's own, so they are made again there)."""
+    return await ex.attempt(lambda: _open_chat(ex, req, stream, continuous_usage, send_stop))
+
+
+async def _open_chat(
+    ex: Exchange, req: c.Request, stream: bool, continuous_usage: bool, send_stop: bool
+) -> aiohttp.ClientResponse:
     assert ex.backend is not None
     backend = ex.backend
     ctx = ex.route.context_length(backend)

@@ -21,13 +21,19 @@ for the upstream to process its end. Capped by `SETTLE_MAX_S`. An exchange read 
 its slot back at once: the upstream finished that sequence before it sent the last byte. The
 gateway's own cancels (`own_cancel`: a timeout, the admin API) free the slot at once as before,
 since their error is still to be written to a client that may not read it.
+
+Failover (request/failover.py has the causes): `attempt` runs the opening of the upstream answer;
+when the backend fails it before answering in a way another backend may not, the slot goes back
+at once (nothing runs there) and a slot on another backend of the model is taken through the fair
+queue, the deadlines running on. Each backend is tried once. The same place feeds passive health
+(policy/passive_health.py): a connection failure counts against the backend, an answer clears it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -36,7 +42,10 @@ from ..errors import GatewayError
 from ..policy.auth import ANONYMOUS, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
-from ..upstream.client import UpstreamClient
+from ..upstream.client import UpstreamClient, UpstreamFailure
+from . import failover
+
+T = TypeVar("T")
 
 RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
 SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
@@ -57,6 +66,7 @@ class Exchange:
         self.clients = clients
         self.principal = principal
         tracked.key_name = principal.name or None  # the key's name, shown while it runs
+        tracked.served_model = route.model
         self.backend: BackendState | None = None
         self.resp: aiohttp.ClientResponse | None = None
         self.client: UpstreamClient | None = None  # the backend's client, once open
@@ -80,19 +90,50 @@ class Exchange:
             # every backend is down: the refusal is counted against the (first) one it would use
             self.t.backend = self.route.backends[0].name if self.route.backends else None
             raise
+        await self._take(backend)
+        return backend
+
+    async def _take(self, backend: BackendState) -> None:
+        """A slot on `backend`, through its fair queue."""
+        self.t.phase = QUEUED
         self.backend = backend
         self.t.backend = backend.name
+        waited = self.t.queue_wait or 0.0  # a failover's second wait adds to the first
         t0 = time.monotonic()
         try:
             await backend.pool.acquire(self.principal.name, self.principal.priority)
         except GatewayError:
             # refused (queue full, or no slot within the queue's timeout): how long it waited is
             # still what the client wants to know (Server-Timing), and the operator (access log)
-            self.t.queue_wait = time.monotonic() - t0
+            self.t.queue_wait = waited + time.monotonic() - t0
             raise
         self._held_since = now = time.monotonic()
-        self.t.queue_wait = now - t0
-        return backend
+        self.t.queue_wait = waited + now - t0
+
+    async def attempt(self, opener: Callable[[], Awaitable[T]]) -> T:
+        """`opener()` opens the upstream answer on `self.backend`; when that backend fails it
+        before answering and another backend may answer instead (request/failover.py), the
+        request moves there and `opener` runs again. The last failure is raised when no backend
+        is left to try."""
+        while True:
+            try:
+                return await opener()
+            except UpstreamFailure as err:
+                cause = failover.cause_of(err)
+                if cause is None or not await self._fail_over(cause):
+                    raise
+
+    async def _fail_over(self, cause: str) -> bool:
+        failed = self.backend
+        assert failed is not None
+        tried = self.t.tried()
+        alt = self.route.alternative(tried, failed)
+        if alt is None:
+            return False
+        self.t.failovers = [*(self.t.failovers or ()), (failed.name, cause)]
+        self._release_slot()  # it refused or never answered: nothing runs there
+        await self._take(alt)
+        return True
 
     async def open(self, path: str, body: bytes, *, stream: bool) -> aiohttp.ClientResponse:
         assert self.backend is not None
@@ -104,9 +145,14 @@ class Exchange:
         t0 = time.monotonic()
         try:
             self.resp = await client.post(path, body)
-        except GatewayError:
+        except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
+            if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
+                self.backend.connection_failed(err.message)
+            else:
+                self.backend.passive.answered(False)
             raise
+        self.backend.passive.answered(True)
         self.t.upstream_headers = time.monotonic() - t0
         self.t.phase = FIRST_TOKEN if stream else GENERATING
         return self.resp

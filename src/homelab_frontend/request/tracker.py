@@ -29,7 +29,7 @@ class Tracked:
         "started", "started_wall", "tokens_out", "task", "cancel_reason",
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
-        "tokens_cached", "affinity",
+        "tokens_cached", "affinity", "served_model", "failovers",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -52,11 +52,21 @@ class Tracked:
         self.tokens_in: int | None = None
         self.tokens_cached: int | None = None  # of tokens_in, what the backend's prefix cache held
         self.affinity: str | None = None  # "hit" | "spill" | None (routing.Route.place)
+        self.served_model: str | None = None  # the configured model serving it (a fallback's, if one)
+        # (backend, cause) of each backend that failed it before answering (request/failover.py)
+        self.failovers: list[tuple[str, str]] | None = None
         self.status = 0
         self.outcome = OK  # set by end(): request/outcome.py has the table
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
         # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None
+
+    def tried(self) -> list[str]:
+        """Every backend the request was sent to (or queued for), in order."""
+        names = [name for name, _ in self.failovers] if self.failovers else []
+        if self.backend is not None:
+            names.append(self.backend)
+        return names
 
     def end(self, cause: str, kind: str = "", *, begun: bool = True, override: bool = False) -> None:
         """Record how the request ended (request/outcome.py): the first cause wins, unless
@@ -101,6 +111,8 @@ class Tracked:
             "dialect": self.dialect,
             "model": self.model,
             "backend": self.backend,
+            "backends_tried": self.tried(),
+            "served_model": self.served_model,
             "key": self.key_name,
             "phase": self.phase,
             "stream": self.stream,

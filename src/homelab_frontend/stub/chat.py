@@ -65,6 +65,8 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     except msgspec.DecodeError as exc:
         return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
     seq = state.record(body, request.headers)
+    if state.failing is not None:
+        return _fail(request, flavour, state, seq)
     if not authorized(request, config.api_key):
         state.log.write(f"rejected status=401 seq={seq}")
         return json_response(flavour.unauthorized())
@@ -95,6 +97,19 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         return web.Response(status=499)
     finally:
         state.stats.end()
+
+
+def _fail(request: web.Request, flavour: Flavour, state: StubState, seq: int) -> web.StreamResponse:
+    """Fail the request as POST /stub/fail asked (a server that answers its probe, not its work)."""
+    fail = state.failing or {}
+    if fail.get("reset"):
+        state.log.write(f"reset seq={seq}")
+        if request.transport is not None:
+            request.transport.abort()  # no answer: the connection just goes away
+        return web.Response(status=499)
+    code = int(fail.get("status", 503))
+    state.log.write(f"rejected status={code} seq={seq}")
+    return json_response(flavour.error(code, str(fail.get("message") or f"stub error {code}")))
 
 
 # Outcomes are logged *before* the last bytes go out, so a client that has read the whole

@@ -178,6 +178,15 @@ async def _reset(request: web.Request) -> web.Response:
     return _json(state.stats.as_dict())
 
 
+async def _fail(request: web.Request) -> web.Response:
+    """Make every chat request fail ({"status": CODE, "message": TEXT} or {"reset": true});
+    an empty body clears it."""
+    raw = await request.read()
+    doc = msgspec.json.decode(raw) if raw.strip() else None
+    request.app[STATE].failing = doc if isinstance(doc, dict) and doc else None
+    return _json({"failing": request.app[STATE].failing})
+
+
 async def _requests(request: web.Request) -> web.Response:
     return _json(list(request.app[STATE].requests))
 
@@ -212,6 +221,7 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_get("/api/version", _ollama_version)
     app.router.add_get("/stub/stats", _stats)
     app.router.add_post("/stub/reset", _reset)
+    app.router.add_post("/stub/fail", _fail)
     app.router.add_get("/stub/requests", _requests)
 
     async def close_log(app: web.Application) -> None:

@@ -101,6 +101,10 @@ class StubState:
     requests: deque = field(default_factory=lambda: deque(maxlen=RECENT_REQUESTS))
     sequence: int = 0
     cache: PrefixCache | None = None  # set by build_app when the config asks for one
+    # POST /stub/fail: every chat request fails this way until cleared (the stub's other
+    # endpoints, its health probe among them, keep answering): {"status": CODE, "message": TEXT}
+    # answers that status; {"reset": true} closes the connection without an answer.
+    failing: dict | None = None
 
     def record(self, body: Any, headers: Any) -> int:
         self.sequence += 1

@@ -42,6 +42,18 @@ def _error_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")[:1000]
 
 
+class UpstreamFailure(GatewayError):
+    """The backend failed a request before any byte of an answer: it could not be reached
+    (`cause` "unreachable", or "connect_timeout"), it hung up or reset the connection before
+    answering ("reset"), or it answered an error status (`cause` "status", `upstream_status` the
+    status it sent). What another backend may answer instead is request/failover.py's call."""
+
+    def __init__(self, kind, message: str, *, cause: str, upstream_status: int | None = None, **kw) -> None:
+        super().__init__(kind, message, **kw)
+        self.cause = cause
+        self.upstream_status = upstream_status
+
+
 _KEEPALIVE_S = 30.0  # how long an idle upstream connection is kept, unless the upstream says less
 _KEEPALIVE_TIMEOUT = re.compile(rb"timeout\s*=\s*(\d+(?:\.\d+)?)", re.I)
 
@@ -162,20 +174,22 @@ class UpstreamClient:
         """The `data:` payloads of a streaming answer, lines at most `limits.max_line_bytes`."""
         return sse_payloads(resp.content, self.name, self.cfg.limits.max_line_bytes)
 
-    def _unreachable(self, err: BaseException) -> GatewayError:
+    def _unreachable(self, err: BaseException) -> UpstreamFailure:
         if isinstance(err, aiohttp.ServerDisconnectedError) or (
             isinstance(err, aiohttp.ClientOSError) and not isinstance(err, aiohttp.ClientConnectorError)
         ):  # (a ClientOSError after connecting: it reset the connection instead of answering)
             # it accepted the connection: reachable, but it hung up before answering
-            return GatewayError("upstream_error", f"backend {self.name!r} closed the connection before answering")
-        reason = "connection refused"
+            return UpstreamFailure("upstream_error", f"backend {self.name!r} closed the connection before answering",
+                                   cause="reset")
+        reason, cause = "connection refused", "unreachable"
         if isinstance(err, aiohttp.ClientConnectorError) and err.os_error and err.os_error.errno:
             reason = os.strerror(err.os_error.errno).lower()  # strerror text can hold the address
         elif isinstance(err, (TimeoutError, aiohttp.ServerTimeoutError)):
-            reason = f"no connection within {self.cfg.timeouts.connect_s:g} s"
+            reason, cause = f"no connection within {self.cfg.timeouts.connect_s:g} s", "connect_timeout"
         elif not isinstance(err, aiohttp.ClientConnectorError):
             reason = type(err).__name__
-        return GatewayError("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})")
+        return UpstreamFailure("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})",
+                               cause=cause)
 
     async def post(self, path: str, body: bytes, root: bool = False) -> aiohttp.ClientResponse:
         """POST and return the response once its headers are in; a non-2xx status is raised as
@@ -192,9 +206,11 @@ class UpstreamClient:
                 raw = b""
             finally:
                 resp.close()
-            raise GatewayError(
+            raise UpstreamFailure(
                 "upstream_error",
                 f"backend {self.name!r} answered {resp.status}: {clean_message(_error_text(raw))}",
+                cause="status",
+                upstream_status=resp.status,
                 status=resp.status if resp.status >= 400 else 502,
                 # a busy or rate-limiting backend knows best when to come back: pass it on
                 retry_after=retry_after_seconds(resp.headers.get("retry-after"))

@@ -25,6 +25,7 @@ def _req(**headers):
 class _Route:
     def __init__(self, client_model: str, model: str | None = None) -> None:
         self.client_model, self.model = client_model, model or client_model
+        self.requested = self.model
 
 
 def test_open_without_keys():

@@ -78,3 +78,50 @@ def test_the_memo_is_bounded():
     for i in range(5000):
         r.resolve(f"claude-{i}")
     assert len(r._cache) == 4096
+
+
+def _fallback_router() -> Router:
+    cfg = cfgmod.parse({
+        "backends": {"a": {"url": "http://127.0.0.1:9/a/v1"}, "b": {"url": "http://127.0.0.1:9/b/v1"},
+                     "c": {"url": "http://127.0.0.1:9/c/v1", "kind": "llamacpp"}},
+        "models": {"big": {"backends": ["a", "c"], "fallback": "mid"}, "mid": {"backend": "b", "fallback": "small"},
+                   "small": {"backend": "a", "upstream_model": "org/small"}},
+        "aliases": {"claude-*": "big"},
+    })
+    backends = {n: BackendState(n, b, SlotPool(n, b.slots, b.queue.depth, b.queue.timeout_s))
+                for n, b in cfg.backends.items()}
+    return Router(cfg, backends)
+
+
+def test_a_fallback_serves_only_when_every_backend_of_the_model_is_down():
+    r = _fallback_router()
+    assert r.resolve("claude-x").model == "big"
+    r.backends["a"].up = False
+    assert r.resolve("claude-x").model == "big"  # c is still up
+    r.backends["c"].up = False
+    route = r.resolve("claude-x")
+    assert (route.model, route.client_model, route.requested) == ("mid", "claude-x", "big")
+    r.backends["b"].up = False  # mid down too: its own fallback, small, is on a (down): the chain is down
+    assert r.resolve("claude-x").model == "big"  # the refusal names the model asked for
+    r.backends["a"].up = True
+    route = r.resolve("claude-x")
+    assert (route.model, route.upstream_model, route.client_model) == ("big", "big", "claude-x")
+
+
+def test_failover_alternatives_are_up_untried_and_take_the_same_request():
+    r = _fallback_router()
+    big = r.resolve("big")
+    a, c = r.backends["a"], r.backends["c"]
+    assert big.alternative(["a"], a) is None  # c streams plain answers upstream (llama.cpp): not interchangeable
+    cfg = cfgmod.parse({
+        "backends": {n: {"url": f"http://127.0.0.1:9/{n}/v1", "slots": 2} for n in "xyz"},
+        "models": {"m": {"backends": ["x", "y", "z"]}}})
+    backends = {n: BackendState(n, b, SlotPool(n, b.slots, b.queue.depth, b.queue.timeout_s))
+                for n, b in cfg.backends.items()}
+    m = Router(cfg, backends).resolve("m")
+    x, y, z = (backends[n] for n in "xyz")
+    y.pool.in_use = 1  # (the in-process pool's count, set as the exchange would)
+    assert m.alternative(["x"], x) is z  # the most free slots
+    z.up = False
+    assert m.alternative(["x"], x) is y
+    assert m.alternative(["x", "y"], y) is None

@@ -149,3 +149,50 @@ def test_all_backends_down_is_counted_against_the_first():
 
     asyncio.run(main())
 
+
+
+def _two(ports: list[int], slots: int = 1) -> tuple[Route, dict[str, UpstreamClient]]:
+    cfg = cfgmod.parse({"backends": {f"b{i}": {"url": f"http://127.0.0.1:{p}/v1", "slots": slots}
+                                     for i, p in enumerate(ports)},
+                        "models": {"m": {"backends": [f"b{i}" for i in range(len(ports))]}}})
+    states = tuple(BackendState(n, b, SlotPool(n, b.slots, 4, 5.0)) for n, b in cfg.backends.items())
+    return Route("m", "m", "m", states, None, affinity=False), {n: UpstreamClient(n, b) for n, b in cfg.backends.items()}
+
+
+def test_attempt_moves_to_the_next_backend_each_once_and_gives_each_slot_back():
+    async def main():
+        import socket
+
+        runner, good, _ = await _upstream()
+        with socket.socket() as s:  # a port nothing listens on: connection refused
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        route, clients = _two([dead, dead, good])
+        b0, b1, b2 = route.backends
+        t = Tracked("req_f1", "openai", "m", None, True)
+        try:
+            async with Exchange(t, route, clients) as ex:
+                assert (await ex.admit()) is b0
+                resp = await ex.attempt(lambda: ex.open("/chat/completions", b"{}", stream=True))
+                assert (await resp.read()).endswith(b"[DONE]\n\n")
+                ex.complete = True
+                assert ex.backend is b2 and (b0.pool.in_use, b1.pool.in_use, b2.pool.in_use) == (0, 0, 1)
+            assert t.failovers == [("b0", "unreachable"), ("b1", "unreachable")]
+            assert t.tried() == ["b0", "b1", "b2"] and b2.pool.in_use == 0
+            assert b0.passive.fails == 1 and b0.up  # one failure: not yet down
+            # every backend failing: the last failure is raised, nothing held
+            t2 = Tracked("req_f2", "openai", "m", None, True)
+            b2.up = False
+            with pytest.raises(GatewayError) as e:
+                async with Exchange(t2, route, clients) as ex:
+                    await ex.admit()
+                    await ex.attempt(lambda: ex.open("/chat/completions", b"{}", stream=True))
+            assert e.value.kind == "upstream_unreachable" and "'b1'" in e.value.message
+            assert t2.tried() == ["b0", "b1"] and not b0.up and not b1.up  # the second failure in a row
+            assert (b0.pool.in_use, b1.pool.in_use) == (0, 0)
+        finally:
+            for c in clients.values():
+                await c.close()
+            await runner.cleanup()
+
+    asyncio.run(main())

@@ -265,7 +265,7 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Strea
     upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
-        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
+        upstream = await ex.attempt(lambda: ex.open("/embeddings", _encode(upstream_body), stream=False))
         result = await ex.client.read_all(upstream)
         ex.complete = True
         try:
