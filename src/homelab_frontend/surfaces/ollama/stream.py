@@ -7,6 +7,8 @@ ends with one object carrying `done: true`. What the real clients hold it to (th
 
 * every object of a chat stream has `message` with `role` (the Python library's `ChatResponse`
   requires both, the last object too); a generate stream has `response` instead;
+* one object a line for every line reader: U+0085, U+2028 and U+2029, which Python's
+  `splitlines` (httpx's `iter_lines`) treats as line breaks, are written escaped;
 * no blank line, ever: the Python library runs `json.loads` on every line (a keep-alive blank
   line would crash it), so while the upstream is silent nothing is written at all;
 * the last object has `done: true`, `done_reason` (`stop` or `length`), `prompt_eval_count` (when
@@ -50,7 +52,19 @@ from ... import canonical as c
 
 __all__ = ["Durations", "NdjsonEncoder", "ToolCalls", "done_reason", "durations", "wall_clock"]
 
-_enc = msgspec.json.Encoder()
+_msgspec_encode = msgspec.json.Encoder().encode
+# Python's str.splitlines, which httpx's iter_lines (the Python library's line reader) uses, also
+# breaks lines at U+0085, U+2028 and U+2029; JSON may carry them raw, so they are escaped.
+_SPLITTERS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def dump(obj: object) -> bytes:
+    """JSON that stays one line for every line reader."""
+    out = _msgspec_encode(obj)
+    if b"\xc2\x85" in out or b"\xe2\x80" in out:
+        for raw, escaped in _SPLITTERS:
+            out = out.replace(raw, escaped)
+    return out
 
 
 class Durations(msgspec.Struct, frozen=True):
@@ -148,7 +162,7 @@ class NdjsonEncoder:
         self.usage = c.NO_USAGE
         self.deltas = 0  # generated pieces: eval_count when the upstream reports none
         self.tools = ToolCalls(id_prefix)
-        self._head = b'{"model":' + _enc.encode(model) + b',"created_at":"'
+        self._head = b'{"model":' + dump(model) + b',"created_at":"'
         if endpoint == "chat":
             self._text = b'","message":{"role":"assistant","content":'
             self._think = b'","message":{"role":"assistant","content":"","thinking":'
@@ -159,7 +173,7 @@ class NdjsonEncoder:
             self._tail = b',"done":false}\n'
 
     def _line(self, obj: dict) -> bytes:
-        return _enc.encode({"model": self.model, "created_at": self.clock(), **obj}) + b"\n"
+        return dump({"model": self.model, "created_at": self.clock(), **obj}) + b"\n"
 
     def feed(self, ev: c.Event) -> bytes:
         if self.ended:
@@ -168,12 +182,12 @@ class NdjsonEncoder:
             if not ev.text:
                 return b""
             self.deltas += 1
-            return self._head + self.clock().encode() + self._text + _enc.encode(ev.text) + self._tail
+            return self._head + self.clock().encode() + self._text + dump(ev.text) + self._tail
         if isinstance(ev, c.ReasoningDelta):
             if not ev.text:
                 return b""
             self.deltas += 1
-            return self._head + self.clock().encode() + self._think + _enc.encode(ev.text) + self._tail
+            return self._head + self.clock().encode() + self._think + dump(ev.text) + self._tail
         if isinstance(ev, c.ToolArgsDelta):
             self.deltas += 1
             self.tools.args(ev)
@@ -231,4 +245,4 @@ class NdjsonEncoder:
         if self.ended:
             return b""
         self.ended = True
-        return _enc.encode({"error": message}) + b"\n"
+        return dump({"error": message}) + b"\n"
