@@ -70,10 +70,11 @@ def tags_entry(name: str, modified_at: str, facts: Facts | None = None) -> dict:
     return entry
 
 
-def ps_entry(name: str, expires_at: str, context_length: int | None, facts: Facts | None = None) -> dict:
-    entry = tags_entry(name, expires_at, facts)
+def ps_entry(name: str, context_length: int | None, facts: Facts | None = None) -> dict:
+    """A running model. No `expires_at`: a backend the gateway does not manage stays loaded, and
+    claiming a time would be invented."""
+    entry = tags_entry(name, "", facts)
     del entry["modified_at"]
-    entry["expires_at"] = expires_at
     entry["size_vram"] = 0
     if context_length:
         entry["context_length"] = context_length

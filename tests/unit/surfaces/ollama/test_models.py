@@ -35,7 +35,7 @@ def test_tags_and_ps_documents_validate_as_the_librarys_types():
     assert [m.model for m in tags.models] == ["reasoning:latest", "qwen2.5:3b"]
     entry = tags_entry("reasoning", NOW)
     assert entry["name"] == entry["model"]  # Open WebUI matches /api/ps to /api/tags by name
-    ps = ollama.ProcessResponse(models=[ps_entry("reasoning", NOW, 4096)])
+    ps = ollama.ProcessResponse(models=[ps_entry("reasoning", 4096)])
     assert ps.models[0].name == "reasoning:latest" and ps.models[0].context_length == 4096
     assert ps.models[0].digest == entry["digest"]
 
