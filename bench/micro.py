@@ -5,7 +5,8 @@ numbers move with whatever else runs. This one feeds the same vLLM-shaped chunks
 straight through the translation code, in process, and reports microseconds per chunk of
 process CPU time (best of several rounds): OpenAI (decode for accounting + model rewrite + SSE
 frame), Anthropic (ChunkDecoder -> canonical events -> AnthropicStreamEncoder) and Responses
-(ChunkDecoder -> canonical events -> ResponsesStreamEncoder). What the
+(ChunkDecoder -> canonical events -> ResponsesStreamEncoder) and Ollama (ChunkDecoder ->
+canonical events -> NdjsonEncoder). What the
 HTTP stack (aiohttp) and the kernel add per chunk is the difference to bench.run's numbers.
 """
 
@@ -19,6 +20,7 @@ from homelab_frontend import canonical as c
 from homelab_frontend.surfaces.model_rewrite import ModelRewriter
 from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.surfaces.anthropic.stream import AnthropicStreamEncoder
+from homelab_frontend.surfaces.ollama.stream import Durations, NdjsonEncoder
 from homelab_frontend.surfaces.responses.request import parse_request as parse_responses
 from homelab_frontend.surfaces.responses.response import base_response
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
@@ -114,6 +116,22 @@ def responses_answer(payloads: list[bytes]) -> tuple[int, int]:
     return len(b"".join(frames)), tokens
 
 
+def ollama_answer(payloads: list[bytes]) -> tuple[int, int]:
+    """The Ollama surface's per-chunk work (skeleton._relay with the NDJSON encoder) minus the socket."""
+    dec = ChunkDecoder()
+    enc = NdjsonEncoder(model="bench", endpoint="chat")
+    frames = []
+    tokens = 0
+    for payload in payloads:
+        for ev in dec.feed(payload):
+            if type(ev) is c.Usage:
+                if ev.output_tokens is not None:
+                    tokens = ev.output_tokens
+            frames.append(enc.feed(ev))
+    frames.append(enc.finish(Durations(1, 0, 0, 1)))
+    return len(b"".join(frames)), tokens
+
+
 def measure(fn, payloads: list[bytes], rounds: int = 7, answers: int = 50) -> float:
     """Best-of-`rounds` process CPU microseconds per chunk."""
     best = float("inf")
@@ -130,6 +148,7 @@ def run() -> dict:
         "openai_us_per_chunk": measure(openai_answer, vllm_chunks(continuous_usage=False)),
         "anthropic_us_per_chunk": measure(anthropic_answer, vllm_chunks(continuous_usage=True)),
         "responses_us_per_chunk": measure(responses_answer, vllm_chunks(continuous_usage=True)),
+        "ollama_us_per_chunk": measure(ollama_answer, vllm_chunks(continuous_usage=True)),
     }
 
 

@@ -67,6 +67,10 @@ def dump(obj: object) -> bytes:
     return out
 
 
+_TextDelta, _ReasoningDelta, _Usage = c.TextDelta, c.ReasoningDelta, c.Usage
+_ToolArgsDelta, _ToolCallStart, _Finish, _UpstreamError = c.ToolArgsDelta, c.ToolCallStart, c.Finish, c.UpstreamError
+
+
 class Durations(msgspec.Struct, frozen=True):
     """Nanoseconds, measured by the gateway: start -> the upstream answering (load: queueing,
     connecting, a backend starting) -> the first token (prompt evaluation) -> the end."""
@@ -89,17 +93,23 @@ def durations(elapsed: float, queue_wait: float | None, upstream_headers: float 
 
 
 class _WallClock:
-    """RFC 3339 with nanoseconds, UTC, as Go writes a time.Time: the second's text is cached."""
+    """RFC 3339, UTC, as Go writes a time.Time, to the millisecond (the nanosecond digits are the
+    millisecond's): one text per millisecond, so a stream's lines mostly share the one before's."""
 
     def __init__(self) -> None:
+        self._ms = -1
         self._sec = -1
+        self._day = ""
         self._text = ""
 
     def __call__(self) -> str:
-        sec, ns = divmod(time.time_ns(), 1_000_000_000)
-        if sec != self._sec:
-            self._sec, self._text = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-        return f"{self._text}.{ns:09d}Z"
+        ms = time.time_ns() // 1_000_000
+        if ms != self._ms:
+            sec, frac = divmod(ms, 1000)
+            if sec != self._sec:
+                self._sec, self._day = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+            self._ms, self._text = ms, f"{self._day}.{frac:03d}000000Z"
+        return self._text
 
 
 wall_clock = _WallClock()
@@ -162,6 +172,8 @@ class NdjsonEncoder:
         self.usage = c.NO_USAGE
         self.deltas = 0  # generated pieces: eval_count when the upstream reports none
         self.tools = ToolCalls(id_prefix)
+        self._stamp_text: str | None = None
+        self._stamp_bytes = b""
         self._head = b'{"model":' + dump(model) + b',"created_at":"'
         if endpoint == "chat":
             self._text = b'","message":{"role":"assistant","content":'
@@ -178,29 +190,33 @@ class NdjsonEncoder:
     def feed(self, ev: c.Event) -> bytes:
         if self.ended:
             return b""
-        if isinstance(ev, c.TextDelta):
-            if not ev.text:
+        kind = type(ev)  # the hot path: one text delta per upstream chunk
+        if kind is _TextDelta or kind is _ReasoningDelta:
+            text = ev.text  # type: ignore[union-attr]
+            if not text:
                 return b""
             self.deltas += 1
-            return self._head + self.clock().encode() + self._text + dump(ev.text) + self._tail
-        if isinstance(ev, c.ReasoningDelta):
-            if not ev.text:
-                return b""
+            stamp = self.clock()
+            if stamp is not self._stamp_text:  # the wall clock gives the same text within a millisecond
+                self._stamp_text, self._stamp_bytes = stamp, stamp.encode()
+            body = _msgspec_encode(text)
+            if b"\xc2\x85" in body or b"\xe2\x80" in body:
+                body = dump(text)
+            return b"".join((self._head, self._stamp_bytes, self._text if kind is _TextDelta else self._think,
+                             body, self._tail))
+        if kind is _Usage:
+            self.usage = ev.over(self.usage)  # type: ignore[union-attr]
+        elif kind is _ToolArgsDelta:
             self.deltas += 1
-            return self._head + self.clock().encode() + self._think + dump(ev.text) + self._tail
-        if isinstance(ev, c.ToolArgsDelta):
-            self.deltas += 1
-            self.tools.args(ev)
-        elif isinstance(ev, c.ToolCallStart):
-            self.tools.start(ev)
-        elif isinstance(ev, c.Usage):
-            self.usage = ev.over(self.usage)
-        elif isinstance(ev, c.Finish):
+            self.tools.args(ev)  # type: ignore[arg-type]
+        elif kind is _ToolCallStart:
+            self.tools.start(ev)  # type: ignore[arg-type]
+        elif kind is _Finish:
             if self.finish_reason is None:
-                self.finish_reason = ev.reason
+                self.finish_reason = ev.reason  # type: ignore[union-attr]
             return self._calls()
-        elif isinstance(ev, c.UpstreamError):
-            return self.fail("api_error", ev.message)
+        elif kind is _UpstreamError:
+            return self.fail("api_error", ev.message)  # type: ignore[union-attr]
         return b""
 
     def _calls(self) -> bytes:
