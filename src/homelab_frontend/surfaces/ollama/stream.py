@@ -92,27 +92,26 @@ def durations(elapsed: float, queue_wait: float | None, upstream_headers: float 
     return Durations(int(elapsed * ns), int(load * ns), int((first - load) * ns), int((elapsed - first) * ns))
 
 
-class _WallClock:
+def _wall_clock() -> Callable[[], str]:
     """RFC 3339, UTC, as Go writes a time.Time, to the millisecond (the nanosecond digits are the
-    millisecond's): one text per millisecond, so a stream's lines mostly share the one before's."""
+    millisecond's): one text per millisecond, so a stream's lines mostly share the one before's
+    (and the encoder its bytes). A closure: it runs once per line."""
+    time_ns, gmtime, strftime = time.time_ns, time.gmtime, time.strftime
+    last = [-1, -1, "", ""]  # ms, second, the second's text, the text
 
-    def __init__(self) -> None:
-        self._ms = -1
-        self._sec = -1
-        self._day = ""
-        self._text = ""
-
-    def __call__(self) -> str:
-        ms = time.time_ns() // 1_000_000
-        if ms != self._ms:
+    def clock() -> str:
+        ms = time_ns() // 1_000_000
+        if ms != last[0]:
             sec, frac = divmod(ms, 1000)
-            if sec != self._sec:
-                self._sec, self._day = sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
-            self._ms, self._text = ms, f"{self._day}.{frac:03d}000000Z"
-        return self._text
+            if sec != last[1]:
+                last[1], last[2] = sec, strftime("%Y-%m-%dT%H:%M:%S", gmtime(sec))
+            last[0], last[3] = ms, f"{last[2]}.{frac:03d}000000Z"
+        return last[3]
+
+    return clock
 
 
-wall_clock = _WallClock()
+wall_clock = _wall_clock()
 
 
 def done_reason(finish: str | None) -> str:
@@ -199,9 +198,7 @@ class NdjsonEncoder:
             stamp = self.clock()
             if stamp is not self._stamp_text:  # the wall clock gives the same text within a millisecond
                 self._stamp_text, self._stamp_bytes = stamp, stamp.encode()
-            body = _msgspec_encode(text)
-            if b"\xc2\x85" in body or b"\xe2\x80" in body:
-                body = dump(text)
+            body = _msgspec_encode(text) if text.isascii() else dump(text)
             return b"".join((self._head, self._stamp_bytes, self._text if kind is _TextDelta else self._think,
                              body, self._tail))
         if kind is _Usage:
