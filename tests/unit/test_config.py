@@ -110,3 +110,14 @@ def test_affinity_is_on_by_default_and_off_per_model():
                       "models": {"m": {"backend": "a", "affinity_max_wait_s": -1}, "k": {"backend": "a", "affinity": "yes"}}})
     assert "models.m.affinity_max_wait_s: must be 0 or more" in err.value.problems
     assert any(p.startswith("models.k.affinity") for p in err.value.problems), err.value.problems
+
+
+def test_model_capabilities_for_ollamas_show_only_known_names():
+    base = {"backends": {"g": {"url": "http://h/v1"}}}
+    cfg = cfgmod.parse({**base, "models": {"a": {"backend": "g"}, "b": {"backend": "g", "capabilities": ["completion", "tools"]}}})
+    assert cfg.models["a"].capabilities is None and cfg.models["b"].capabilities == ["completion", "tools"]
+    with pytest.raises(cfgmod.ConfigError) as info:
+        cfgmod.parse({**base, "models": {"a": {"backend": "g", "capabilities": ["tools", "telepathy"]}}})
+    assert info.value.problems == [
+        "models.a.capabilities[1]: unknown capability 'telepathy' "
+        "(known: completion, tools, thinking, vision, embedding, insert, audio)"]
