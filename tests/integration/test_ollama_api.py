@@ -292,9 +292,10 @@ def test_unknown_api_path_is_an_ollama_404(gw):
 def test_root_v1_serves_the_openai_routes(gw, stubs):
     status, doc = gw.get("/v1/models", {"Authorization": f"Bearer {KEY}"})
     assert status == 200 and {m["id"] for m in doc["data"]} >= {"reasoning", QWEN}
-    status, doc = gw.post("/v1/chat/completions", {"model": "reasoning", "messages": user("[stub content=2]")},
+    # VS Code Copilot lists models over /api/tags, then chats with those names at the root's /v1
+    status, doc = gw.post("/v1/chat/completions", {"model": "reasoning:latest", "messages": user("[stub content=2]")},
                           {"Authorization": f"Bearer {KEY}"})
-    assert status == 200 and doc["choices"][0]["message"]["content"]
+    assert status == 200 and doc["choices"][0]["message"]["content"] and doc["model"] == "reasoning:latest"
 
 
 def test_access_log_and_metrics_say_ollama(gw, client):

@@ -34,7 +34,10 @@ class SlotPool(Protocol):
 
 
 def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
-    """The configured model a client name means: itself, an exact alias, or the first glob."""
+    """The configured model a client name means: itself, an exact alias, or the first glob; a
+    name none of these know but that ends in Ollama's default tag `:latest` means what the name
+    without it means (Ollama's clients list `reasoning` as `reasoning:latest`, and VS Code Copilot
+    then sends that to the OpenAI routes)."""
     if name in cfg.models:
         return name
     target = cfg.aliases.get(name)
@@ -43,6 +46,8 @@ def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
     for pattern, target in cfg.aliases.items():
         if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
             return target
+    if name.endswith(":latest") and len(name) > len(":latest"):
+        return resolve_alias(cfg, name[: -len(":latest")])
     return None
 
 
