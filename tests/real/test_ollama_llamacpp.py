@@ -49,10 +49,11 @@ def _processing(llama: str) -> list[int]:
 def test_show_reads_the_servers_own_props(client, llama):
     props = _get(llama + "/props")
     shown = client.show("gemma")
-    caps = props.get("chat_template_caps") or {}
+    caps = props["chat_template_caps"]  # this server's own account, read here independently
     assert "completion" in shown.capabilities
-    assert ("tools" in shown.capabilities) == bool(caps.get("supports_tool_calls") or caps.get("supports_tools"))
-    assert ("vision" in shown.capabilities) == bool((props.get("modalities") or {}).get("vision"))
+    assert ("tools" in shown.capabilities) == (caps["supports_tool_calls"] is True)
+    assert ("thinking" in shown.capabilities) == (caps["supports_reasoning_effort"] or caps["supports_preserve_reasoning"])
+    assert ("vision" in shown.capabilities) == (props["modalities"]["vision"] is True)
     # the context a request may use: llama.cpp's per-slot n_ctx (4096 over 2 slots)
     assert shown.modelinfo["unknown.context_length"] == 2048
 

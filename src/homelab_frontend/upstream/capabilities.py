@@ -4,9 +4,12 @@ A vLLM `/v1/models` says nothing of tools, thinking, vision or embeddings, so th
 come only from backends that tell:
 - Ollama: `POST /api/show {"model"}` at the server root: its own `capabilities` list,
   `model_info`, `details`, `template`, `parameters`, passed on as Ollama gave them;
-- llama.cpp: `GET /props` at the root: `chat_template_caps.supports_tool_calls` (or
-  `supports_tools`) -> tools, `modalities.vision` -> vision, `chat_template_caps`'s
-  `supports_thinking` / `supports_reasoning` -> thinking, and `completion` (a chat server);
+- llama.cpp: `GET /props` at the root (tools/server/server-context.cpp): `completion` (a chat
+  server); its chat template's capabilities (`chat_template_caps`, common/jinja/caps.cpp):
+  `supports_tool_calls` -> tools (the template renders the model's calls, what llama.cpp's tool
+  parser needs; servers older than that key: `supports_tools`), `supports_reasoning_effort` or
+  `supports_preserve_reasoning` (the template reads an effort, or renders earlier reasoning: a
+  reasoning model's template) -> thinking; `modalities.vision` / `.audio` -> vision / audio;
 - any other kind: nothing (None), and the caller falls back on the model's `capabilities:` list
   in the config. Nothing is ever guessed from a model's name.
 A backend that fails, answers nonsense or is slow gives None as well. `parse_*` are pure.
@@ -68,9 +71,10 @@ def parse_llamacpp_props(doc: object) -> Facts | None:
     modalities = doc.get("modalities")
     modalities = modalities if isinstance(modalities, dict) else {}
     caps = ["completion"]
-    if tcaps.get("supports_tool_calls") is True or tcaps.get("supports_tools") is True:
+    calls = tcaps.get("supports_tool_calls")
+    if calls is True or (calls is None and tcaps.get("supports_tools") is True):
         caps.append("tools")
-    if tcaps.get("supports_thinking") is True or tcaps.get("supports_reasoning") is True:
+    if tcaps.get("supports_reasoning_effort") is True or tcaps.get("supports_preserve_reasoning") is True:
         caps.append("thinking")
     if modalities.get("vision") is True:
         caps.append("vision")

@@ -78,6 +78,11 @@ def test_parse_ollama_show_and_llamacpp_props():
     assert f.capabilities == ("completion", "tools") and f.context_length == 4096
     f = parse_llamacpp_props({"modalities": {"vision": True}})
     assert f.capabilities == ("completion", "vision")  # tools only when the template says so
+    f = parse_llamacpp_props({"chat_template_caps": {"supports_tools": True, "supports_tool_calls": False,
+                                                     "supports_reasoning_effort": True}})
+    assert f.capabilities == ("completion", "thinking")  # a tools list it cannot answer is no tool calling
+    assert parse_llamacpp_props({"chat_template_caps": {"supports_tools": True}}).capabilities == ("completion", "tools")
+    assert "thinking" in parse_llamacpp_props({"chat_template_caps": {"supports_preserve_reasoning": True}}).capabilities
     assert parse_llamacpp_props("nope") is None
 
 
