@@ -54,6 +54,7 @@ def test_show_reads_the_servers_own_props(client, llama):
     assert ("tools" in shown.capabilities) == (caps["supports_tool_calls"] is True)
     assert ("thinking" in shown.capabilities) == (caps["supports_reasoning_effort"] or caps["supports_preserve_reasoning"])
     assert ("vision" in shown.capabilities) == (props["modalities"]["vision"] is True)
+    assert shown.capabilities == ["completion"]  # Gemma 3 270M with its template: no tools, no thinking, text only
     # the context a request may use: llama.cpp's per-slot n_ctx (4096 over 2 slots)
     assert shown.modelinfo["unknown.context_length"] == 2048
 

@@ -34,10 +34,22 @@ class SlotPool(Protocol):
 
 
 def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
-    """The configured model a client name means: itself, an exact alias, or the first glob; a
-    name none of these know but that ends in Ollama's default tag `:latest` means what the name
-    without it means (Ollama's clients list `reasoning` as `reasoning:latest`, and VS Code Copilot
-    then sends that to the OpenAI routes)."""
+    """The configured model a client name means: itself, an exact alias, or the first glob. A
+    name none of these know is tried with Ollama's default tag `:latest` taken off or put on:
+    Ollama's clients list `reasoning` as `reasoning:latest` (and VS Code Copilot then sends that
+    to the OpenAI routes), and to them an untagged name means `:latest`."""
+    known = _known(cfg, name)
+    if known is not None:
+        return known
+    if name.endswith(":latest") and len(name) > len(":latest"):
+        return _known(cfg, name[: -len(":latest")])
+    if name and ":" not in name.rsplit("/", 1)[-1]:
+        return _known(cfg, name + ":latest")
+    return None
+
+
+def _known(cfg: cfgmod.Config, name: str) -> str | None:
+    """resolve_alias without the `:latest` step (so the two directions never loop)."""
     if name in cfg.models:
         return name
     target = cfg.aliases.get(name)
@@ -46,8 +58,6 @@ def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
     for pattern, target in cfg.aliases.items():
         if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(name, pattern):
             return target
-    if name.endswith(":latest") and len(name) > len(":latest"):
-        return resolve_alias(cfg, name[: -len(":latest")])
     return None
 
 

@@ -3,7 +3,7 @@
 Parsing is request.py, the NDJSON stream stream.py, the whole answer assemble.py, model names and
 documents models.py, errors errors.py; the backend's capabilities come from
 upstream/capabilities.py. What only this dialect needs here:
-* names: a client name is tried as sent, then as its `:latest` twin (models.candidates); an
+* names: `reasoning` and `reasoning:latest` are one model (policy/routing.resolve_alias); an
   unknown one is Ollama's 404 `model "x" not found`;
 * a chat with no messages, or a generate with no prompt, only loads (`keep_alive: 0`: unloads) a
   model in Ollama: answered with the one JSON object Ollama sends (`done_reason` load / unload),
@@ -35,7 +35,7 @@ from ...upstream.capabilities import Facts, can_tell, fetch_facts
 from ...upstream.decode import ErrorBody, Malformed, validate_embeddings
 from ..body import decode_object
 from ..context import Gateway
-from ..skeleton import Inbound, Turn, answer, exchange
+from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
 from .errors import model_not_found
@@ -56,16 +56,19 @@ def _json(doc: object, gw: Gateway, t: Tracked, status: int = 200) -> web.Respon
     return web.Response(status=status, body=_encode(doc), content_type="application/json", headers=gw.headers(t))
 
 
+def _names(gw: Gateway) -> list[str]:
+    return [names.tag_name(n) for n in gw.router.model_names()]
+
+
 def resolve(gw: Gateway, name: str) -> Route:
-    for candidate in names.candidates(name):
-        try:
-            route = gw.router.resolve(candidate)
-        except GatewayError as err:
-            if err.kind != "not_found":
-                raise
-            continue
-        return route
-    raise model_not_found(name, [names.tag_name(n) for n in gw.router.model_names()])
+    """The route, or Ollama's 404 (`model "x" not found`). `reasoning:latest` and `reasoning`
+    resolve alike (policy/routing.resolve_alias)."""
+    try:
+        return gw.router.resolve(name)
+    except GatewayError as err:
+        if err.kind == "not_found":
+            raise model_not_found(name, _names(gw)) from None
+        raise
 
 
 def _model_field(raw: dict) -> str:
@@ -195,14 +198,15 @@ def _loaded(call: Call) -> dict:
 
 
 async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Callable[[bytes], Call]) -> web.StreamResponse:
-    body = await gw.read_body(request)
-    call = await gw.parse(body, parse)
-    t.model, t.stream = call.model, call.stream
-    route = resolve(gw, call.model)
-    principal = gw.auth.admit(request, route, "ollama")
+    try:
+        front = await inbound(request, gw, t, "ollama", parse)
+    except GatewayError as err:
+        if err.kind == "not_found" and err.param == "model":
+            raise model_not_found(t.model, _names(gw)) from None
+        raise
+    call = front.parsed
     if call.request is None:
         return _json(_loaded(call), gw, t)
-    front = Inbound(body, call, route, principal)
     async with exchange(request, gw, t, front, call.request) as ex:
         return await answer(request, gw, t, ex, OllamaTurn(call, t))
 

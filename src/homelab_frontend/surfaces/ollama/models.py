@@ -3,9 +3,8 @@
 Names
     Ollama names a model `name:tag`, and an untagged name means `:latest` (Open WebUI adds it to
     every untagged name it sends). So a configured model `reasoning` is listed as
-    `reasoning:latest`, and a request for `reasoning:latest` resolves to `reasoning` when no model
-    or alias is called `reasoning:latest` itself; `qwen2.5:3b` stays as it is. Answers echo the
-    name the client sent.
+    `reasoning:latest`; `qwen2.5:3b` stays as it is. Requests resolve either form
+    (policy/routing.resolve_alias), and answers echo the name the client sent.
 Capabilities (`/api/show`)
     From the backend where it tells (upstream/capabilities.py: Ollama's own list, llama.cpp's
     /props), else the model's `capabilities:` in the config, else only `completion` (every model
@@ -26,21 +25,12 @@ import hashlib
 
 from ...upstream.capabilities import Facts
 
-__all__ = ["candidates", "merge_facts", "ps_entry", "show_document", "tag_name", "tags_entry"]
+__all__ = ["merge_facts", "ps_entry", "show_document", "tag_name", "tags_entry"]
 
 
 def tag_name(name: str) -> str:
     """`reasoning` -> `reasoning:latest`; a tagged name (`qwen2.5:3b`, `ns/m:q4`) as it is."""
     return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def candidates(name: str) -> list[str]:
-    """The names to try, in order, for a name a client sent."""
-    if name.endswith(":latest"):
-        return [name, name[: -len(":latest")]]
-    if ":" not in name.rsplit("/", 1)[-1]:
-        return [name, f"{name}:latest"]
-    return [name]
 
 
 def digest(name: str) -> str:

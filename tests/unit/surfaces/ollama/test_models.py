@@ -10,7 +10,7 @@ import pytest
 
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.ollama.errors import model_not_found, render_error
-from homelab_frontend.surfaces.ollama.models import candidates, merge_facts, ps_entry, show_document, tag_name, tags_entry
+from homelab_frontend.surfaces.ollama.models import merge_facts, ps_entry, show_document, tag_name, tags_entry
 from homelab_frontend.upstream.capabilities import Facts, parse_llamacpp_props, parse_ollama_show
 
 NOW = "2026-12-01T21:00:00.000000000Z"
@@ -22,12 +22,6 @@ NOW = "2026-12-01T21:00:00.000000000Z"
 ])
 def test_tag_names(name, tagged):
     assert tag_name(name) == tagged
-
-
-def test_candidates_try_the_name_then_its_latest_twin():
-    assert candidates("reasoning:latest") == ["reasoning:latest", "reasoning"]
-    assert candidates("reasoning") == ["reasoning", "reasoning:latest"]
-    assert candidates("qwen2.5:3b") == ["qwen2.5:3b"]
 
 
 def test_tags_and_ps_documents_validate_as_the_librarys_types():
