@@ -299,9 +299,10 @@ def test_root_v1_serves_the_openai_routes(gw, stubs):
 
 
 def test_access_log_and_metrics_say_ollama(gw, client):
+    seen = len(gw.access_log())  # this test's own line, not an earlier test's
     client.chat(model="reasoning", messages=user("[stub content=2]"))
-    rec = wait_for(lambda: [r for r in gw.access_log() if r.get("dialect") == "ollama" and r.get("path") == "/api/chat"], 10)
-    assert rec[-1]["outcome"] == "ok" and rec[-1]["model"] == "reasoning"
+    rec = wait_for(lambda: [r for r in gw.access_log()[seen:] if r.get("path") == "/api/chat"], 10)
+    assert rec[0]["dialect"] == "ollama" and rec[0]["outcome"] == "ok" and rec[0]["model"] == "reasoning"
     status, text = gw.get("/metrics", ADMIN)
     assert 'dialect="ollama"' in text
 
@@ -311,15 +312,15 @@ def test_access_log_and_metrics_say_ollama(gw, client):
 
 def test_closing_a_streamed_chat_cancels_the_upstream(client, gw, vllm_stub):
     before = vllm_stub.log_text().count("cancelled")
+    seen = len(gw.access_log())
     stream = client.chat(model="reasoning", messages=user("[stub reasoning=0 content=400 delay_ms=30]"), stream=True)
     assert next(stream).message.role == "assistant"
     stream.close()  # the library's generator closes its httpx stream: the connection goes
     wait_for(lambda: vllm_stub.log_text().count("cancelled") == before + 1, 15)
     wait_for(lambda: vllm_stub.stats()["in_flight"] == 0, 15)
     wait_for(lambda: gw.admin(ADMIN)["backends"]["gpu0"]["in_use"] == 0, 15)
-    rec = wait_for(lambda: [r for r in gw.access_log() if r.get("dialect") == "ollama"
-                            and r["outcome"].startswith("cancelled")], 15)
-    assert rec[-1]["outcome"] == "cancelled_streaming"
+    rec = wait_for(lambda: [r for r in gw.access_log()[seen:] if r.get("path") == "/api/chat"], 15)
+    assert rec[0]["dialect"] == "ollama" and rec[0]["outcome"] == "cancelled_streaming"
 
 
 def test_a_client_gone_while_queued_never_reaches_the_upstream(gw, vllm_stub, stubs):
@@ -329,6 +330,7 @@ def test_a_client_gone_while_queued_never_reaches_the_upstream(gw, vllm_stub, st
     for s in held:
         next(s)
     before = len(vllm_stub.requests())
+    seen = len(gw.access_log())
     body = json.dumps({"model": "reasoning", "messages": user("queued")}).encode()
     host, port = gw.url.split("//")[1].split(":")
     with socket.create_connection((host, int(port))) as sock:
@@ -338,9 +340,22 @@ def test_a_client_gone_while_queued_never_reaches_the_upstream(gw, vllm_stub, st
         sock.settimeout(0.5)
         with pytest.raises(socket.timeout):
             sock.recv(1)  # nothing at all while it waits: no keep-alive line
-    rec = wait_for(lambda: [r for r in gw.access_log() if r["outcome"] == "cancelled_queued"], 15)
+    rec = wait_for(lambda: [r for r in gw.access_log()[seen:] if r["outcome"] == "cancelled_queued"], 15)
     assert rec[-1]["dialect"] == "ollama"
     for s in held:
         s.close()
     wait_for(lambda: vllm_stub.stats()["in_flight"] == 0, 15)
     assert len(vllm_stub.requests()) == before
+
+
+def test_tool_arguments_that_are_no_object_end_the_stream_with_an_error(client, gw, vllm_stub):
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    seen = len(gw.access_log())
+    with pytest.raises(ollama.ResponseError) as exc:
+        for _ in client.chat(model="reasoning", messages=user("[stub reasoning=0 tool=lookup args=[1,2]]"),
+                             tools=tools, stream=True):
+            pass
+    assert "not a JSON object" in exc.value.error
+    # recorded as the failure it is, never as a complete answer
+    rec = wait_for(lambda: [r for r in gw.access_log()[seen:] if r.get("path") == "/api/chat"], 10)
+    assert rec[0]["outcome"] == "error_upstream_midstream" and rec[0]["dialect"] == "ollama"

@@ -183,7 +183,10 @@ class OllamaTurn(Turn):
             raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
 
     def finish(self, enc, ex: Exchange) -> bytes:
-        return enc.finish(self._durations())
+        tail = enc.finish(self._durations())
+        if enc.failed:  # the model's tool call arguments were no JSON object: the client got an error
+            self.t.fail("upstream_malformed", override=True)
+        return tail
 
 
 def _loaded(call: Call) -> dict:

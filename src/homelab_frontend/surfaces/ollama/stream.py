@@ -167,6 +167,7 @@ class NdjsonEncoder:
         self.model = model
         self.clock = clock
         self.ended = False
+        self.failed = False  # ended with an error object, not a done one
         self.finish_reason: str | None = None
         self.usage = c.NO_USAGE
         self.deltas = 0  # generated pieces: eval_count when the upstream reports none
@@ -257,5 +258,5 @@ class NdjsonEncoder:
         """One `{"error"}` object; Ollama's errors have only text (`code` is the skeleton's)."""
         if self.ended:
             return b""
-        self.ended = True
+        self.ended = self.failed = True
         return dump({"error": message}) + b"\n"

@@ -149,6 +149,14 @@ def test_arguments_that_are_not_an_object_end_the_stream_with_an_error():
     raw = encode([c.ToolCallStart(0, "c1", "f"), c.ToolArgsDelta(0, '{"cut off'), c.Finish("length")])
     objs = check_ndjson(raw)
     assert "not a JSON object" in objs[-1]["error"] and "'f'" in objs[-1]["error"]
+    enc = new()
+    enc.feed(c.ToolCallStart(0, "c1", "f"))
+    enc.feed(c.ToolArgsDelta(0, "[]"))
+    assert b'"error"' in enc.finish(T) and enc.ended and enc.failed  # the handler records the failure
+    ok = new()
+    ok.feed(c.TextDelta("x"))
+    ok.finish(T)
+    assert ok.ended and not ok.failed
 
 
 def test_empty_deltas_write_nothing_so_no_blank_line():
