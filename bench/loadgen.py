@@ -13,8 +13,9 @@ taken from the stub and the gateway it measures. A Protocol that counts content 
 client is used for the direct and the gateway runs, so what it costs cancels in the ratios.
 
 What is counted (per request): status, time to the first content frame (TTFT; streams), content
-frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames),
-whether the stream ended properly (`data: [DONE]` / `message_stop`, no error frame), and the
+frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames;
+Ollama: NDJSON lines with a non-empty `content`), whether the stream ended properly (`data:
+[DONE]` / `message_stop` / `"done":true`, no error frame or object), and the
 gateway's `Server-Timing` header when present.
 """
 
@@ -31,6 +32,8 @@ _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]+")
 _OPENAI_CONTENT = re.compile(rb'"content": ?"[^"]')
 _ANTHROPIC_CONTENT = b"event: content_block_delta"
 _RESPONSES_CONTENT = b"event: response.output_text.delta"
+# Ollama's NDJSON: one object a line; content lines carry a non-empty "content"
+_OLLAMA_CONTENT = re.compile(rb'"content":"[^"]')
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
@@ -54,6 +57,7 @@ class Conn(asyncio.Protocol):
         self.stream = stream
         self.anthropic = dialect == "anthropic"
         self.responses = dialect == "responses"
+        self.ollama = dialect == "ollama"
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._fut: asyncio.Future | None = None
@@ -154,13 +158,20 @@ class Conn(asyncio.Protocol):
             self._body_tail = (self._body_tail + data)[-64:]
             return
         sse = self._sse + data
-        end = sse.rfind(b"\n\n")
+        sep = b"\n" if self.ollama else b"\n\n"  # NDJSON lines, SSE frames
+        end = sse.rfind(sep)
         if end < 0:
             self._sse = sse
             return
-        frames, self._sse = sse[: end + 2], sse[end + 2:]
+        frames, self._sse = sse[: end + len(sep)], sse[end + len(sep):]
         res = self._res
-        if self.responses:
+        if self.ollama:
+            n = len(_OLLAMA_CONTENT.findall(frames))
+            if b'"done":true' in frames:
+                res.ok = True
+            if b'{"error"' in frames:
+                res.error = "error object"
+        elif self.responses:
             n = frames.count(_RESPONSES_CONTENT)
             if b"event: response.completed" in frames:
                 res.ok = True

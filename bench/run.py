@@ -36,7 +36,7 @@ UPSTREAM_MODEL = "bench-upstream"
 PROMPT = "[stub content=200]"  # the stub's directive: 200 content tokens, one per chunk
 MAX_TOKENS = 400
 CONCURRENCY = (1, 16, 64)
-SURFACES = ("openai", "anthropic", "responses")
+SURFACES = ("openai", "anthropic", "responses", "ollama")
 
 # Timed requests per run: about a second each on this machine; --quick halves them.
 COUNTS = {
@@ -44,6 +44,7 @@ COUNTS = {
     ("stream", 1): 200, ("stream", 16): 320, ("stream", 64): 512,
 }
 PATHS = {"openai": "/llm/v1/chat/completions", "anthropic": "/llm/v1/messages", "responses": "/llm/v1/responses",
+         "ollama": "/api/chat",
          "direct": "/v1/chat/completions", "litellm-openai": "/v1/chat/completions",
          "litellm-anthropic": "/v1/messages"}
 
@@ -52,6 +53,9 @@ def client_body(surface: str, stream: bool) -> dict:
     if surface == "responses":  # store: false, as Codex sends it: the store is not what is measured
         return {"model": CLIENT_MODEL, "max_output_tokens": MAX_TOKENS, "input": PROMPT, "store": False,
                 "stream": stream}
+    if surface == "ollama":  # stream is Ollama's default: always said, as its Python library does
+        return {"model": CLIENT_MODEL, "options": {"num_predict": MAX_TOKENS}, "stream": stream,
+                "messages": [{"role": "user", "content": PROMPT}]}
     body: dict = {"model": CLIENT_MODEL, "max_tokens": MAX_TOKENS,
                   "messages": [{"role": "user", "content": PROMPT}]}
     if stream:
@@ -218,8 +222,8 @@ class Bench:
                         for target in targets:
                             if target == "floor" and surface != "openai":
                                 continue  # the bare relay does not translate dialects
-                            if target == "litellm" and surface == "responses":
-                                continue  # measured against LiteLLM for the other two only
+                            if target == "litellm" and surface in ("responses", "ollama"):
+                                continue  # measured against LiteLLM for OpenAI and Anthropic only
                             self.measure(rep, target, surface, stream, c)
             if rep == 0:
                 # idle after the first full pass: all code paths loaded, nothing in flight
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")), default=CONCURRENCY,
                    help="a subset of 1,16,64 (default all three)")
     p.add_argument("--surfaces", type=lambda s: tuple(s.split(",")), default=SURFACES,
-                   help="openai,anthropic,responses (default all)")
+                   help="openai,anthropic,responses,ollama (default all)")
     p.add_argument("--no-queue-check", dest="queue_check", action="store_false",
                    help="skip the exactly-enough-slots comparison")
     p.add_argument("--out", help="JSON result file (default bench/results/bench-<time>.json)")
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--concurrency: {bad} not in 1,16,64")
     unknown = [x for x in args.surfaces if x not in SURFACES]
     if unknown or not args.surfaces:
-        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses")
+        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses,ollama")
     bench = Bench(args)
     try:
         result = bench.run()

@@ -71,6 +71,9 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
         return self.kind == "llamacpp"
 
 
+MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio")
+
+
 class Model(msgspec.Struct, forbid_unknown_fields=True):
     backend: str | None = None
     backends: list[str] | None = None
@@ -87,6 +90,10 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     # Another model to serve this one's requests when every backend of this one is down (not
     # when they are busy: busy waits in the queue). The answer still names the client's model.
     fallback: str | None = None
+    # What the model can do, for Ollama's /api/show (completion, tools, thinking, vision,
+    # embedding, insert, audio), when its backends do not say (vLLM never does; Ollama and
+    # llama.cpp do, and win). Left out: only `completion` is claimed.
+    capabilities: list[str] | None = None
 
     def backend_names(self) -> list[str]:
         if self.backends:
@@ -292,6 +299,10 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
             problems.append(f"{p}.backend: missing (which backend serves this model?)")
         if m.affinity_max_wait_s < 0:
             problems.append(f"{p}.affinity_max_wait_s: must be 0 or more")
+        for k, cap in enumerate(m.capabilities or []):
+            if cap not in MODEL_CAPABILITIES:
+                problems.append(f"{p}.capabilities[{k}]: unknown capability {cap!r} "
+                                f"(known: {', '.join(MODEL_CAPABILITIES)})")
         for i, bname in enumerate(names):
             key = f"{p}.backend" if m.backend else f"{p}.backends[{i}]"
             if bname not in cfg.backends and bname not in raw_backends:

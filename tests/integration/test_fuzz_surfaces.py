@@ -436,6 +436,61 @@ RESPONSES_ENDPOINTS = st.sampled_from(
        ("POST", "/llm/v1/responses/compact"), ("PUT", "/llm/v1/responses/resp_x")])
 
 
+# -- Ollama's own API ----------------------------------------------------------------------------
+
+ollama_models = st.sampled_from(["m1", "m1:latest", "m1", "claude-3-haiku", "nope", "", "m1:q4"])
+ol_message = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "tool", "x"])},
+    optional={"content": texts, "images": st.lists(st.sampled_from(["iVBORw0KGgo=", "/9j/4AAQ", "!!", ""]), max_size=2),
+              "tool_calls": st.lists(st.fixed_dictionaries({"function": st.fixed_dictionaries(
+                  {"name": st.just("f")}, optional={"arguments": st.one_of(st.just({"a": 1}), texts)})},
+                  optional={"id": ids}), max_size=2),
+              "tool_name": texts, "tool_call_id": ids, "thinking": texts},
+)
+ollama_options = st.fixed_dictionaries({}, optional={
+    "temperature": st.floats(-1, 3), "top_p": st.floats(-1, 2), "top_k": st.integers(-2, 100),
+    "num_predict": max_tokens, "stop": st.one_of(texts, st.lists(texts, max_size=2)), "seed": st.integers(),
+    "num_ctx": st.integers(-1, 10**6), "mirostat": st.integers(0, 2)})
+ollama_chat_plausible = st.fixed_dictionaries(
+    {"model": ollama_models, "messages": st.one_of(said, st.lists(ol_message, max_size=3))},
+    optional={"stream": st.booleans(), "think": st.sampled_from([True, False, "low", "high", "max"]),
+              "format": st.sampled_from(["json", "", {"type": "object"}, "yaml"]), "options": ollama_options,
+              "keep_alive": st.sampled_from([0, -1, "5m", "0", 300]),
+              "tools": st.lists(st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+                  {"name": st.just("f")}, optional={"parameters": st.just({"type": "object"})})}), max_size=2)},
+)
+ollama_generate_plausible = st.fixed_dictionaries(
+    {"model": ollama_models},
+    optional={"prompt": texts, "system": texts, "stream": st.booleans(), "suffix": texts, "raw": st.booleans(),
+              "context": st.lists(st.integers(0, 9), max_size=2), "images": st.lists(st.just("iVBORw0KGgo="), max_size=1),
+              "options": ollama_options, "keep_alive": st.sampled_from([0, "5m"]), "format": st.just("json")},
+)
+OLLAMA_FIELDS = [
+    ("model",), ("messages",), ("messages", 0), ("messages", 0, "role"), ("messages", 0, "content"),
+    ("messages", 0, "images"), ("messages", 0, "images", 0), ("messages", 0, "tool_calls"),
+    ("messages", 0, "tool_calls", 0), ("messages", 0, "tool_calls", 0, "function"),
+    ("messages", 0, "tool_calls", 0, "function", "name"), ("messages", 0, "tool_calls", 0, "function", "arguments"),
+    ("messages", 0, "tool_name"), ("messages", 0, "tool_call_id"), ("messages", 0, "thinking"),
+    ("stream",), ("think",), ("format",), ("options",), ("options", "temperature"), ("options", "num_predict"),
+    ("options", "stop"), ("options", "stop", 0), ("options", "seed"), ("options", "top_k"), ("keep_alive",),
+    ("tools",), ("tools", 0), ("tools", 0, "function"), ("tools", 0, "function", "name"),
+    ("tools", 0, "function", "parameters"), ("prompt",), ("system",), ("suffix",), ("raw",), ("context",),
+    ("images",), ("images", 0), ("template",), ("unknown",),
+]
+ollama_chat_body = mutated(ollama_chat_plausible, OLLAMA_FIELDS)
+ollama_generate_body = mutated(ollama_generate_plausible, OLLAMA_FIELDS)
+ollama_model_body = mutated(
+    st.fixed_dictionaries({"model": ollama_models}, optional={"input": st.one_of(texts, st.lists(texts, max_size=3)),
+                                                               "prompt": texts, "name": texts}),
+    [("model",), ("input",), ("input", 0), ("prompt",), ("name",), ("dimensions",), ("truncate",)])
+OLLAMA_ENDPOINTS = st.sampled_from(
+    [("POST", "/api/chat")] * 10 + [("POST", "/api/generate")] * 4 + [("POST", "/llm/api/chat")] * 2
+    + [("POST", "/api/show")] * 2 + [("POST", "/api/embed")] * 2
+    + [("POST", "/api/embeddings"), ("GET", "/api/tags"), ("GET", "/api/ps"), ("POST", "/api/pull"),
+       ("DELETE", "/api/delete"), ("POST", "/api/copy"), ("HEAD", "/api/blobs/sha256:x"), ("GET", "/api/chat"),
+       ("POST", "/api/nope")])
+
+
 def check(dialect: str, method: str, path: str, status: int, headers: dict, raw: bytes) -> None:
     where = f"{method} {path} -> {status} {raw[:300]!r}"
     assert status == 200 or 400 <= status < 500, where
@@ -443,11 +498,17 @@ def check(dialect: str, method: str, path: str, status: int, headers: dict, raw:
     if status == 200:
         if headers.get("content-type", "").startswith("text/event-stream"):
             assert raw.startswith((b"data: ", b"event: ")), where
+        elif headers.get("content-type", "").startswith("application/x-ndjson"):
+            lines = raw.split(b"\n")
+            assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1]), where
+            assert json.loads(lines[-2]).get("done") is True, where
         else:
             json.loads(raw)
         return
-    doc = json.loads(raw)
-    if dialect == "anthropic":
+    doc = json.loads(raw) if method != "HEAD" else {"error": "(HEAD: no body)"}
+    if dialect == "ollama":
+        assert set(doc) == {"error"} and isinstance(doc["error"], str) and doc["error"], where
+    elif dialect == "anthropic":
         assert doc["type"] == "error" and set(doc["error"]) == {"type", "message"}, where
         assert doc["error"]["type"].endswith("_error") or doc["error"]["type"] == "request_too_large", where
         assert isinstance(doc["error"]["message"], str) and doc["error"]["message"], where
@@ -482,6 +543,14 @@ def test_anthropic_surface_answers_hostile_input_with_4xx(target, request):
 @given(request=requests_for(RESPONSES_ENDPOINTS, {"/llm/v1/responses": responses_body}))
 def test_responses_surface_answers_hostile_input_with_4xx(target, request):
     _fire(target, "responses", request)
+
+
+@FUZZ
+@given(request=requests_for(OLLAMA_ENDPOINTS, {"/api/chat": ollama_chat_body, "/llm/api/chat": ollama_chat_body,
+                                                "/api/generate": ollama_generate_body, "/api/show": ollama_model_body,
+                                                "/api/embed": ollama_model_body, "/api/embeddings": ollama_model_body}))
+def test_ollama_surface_answers_hostile_input_with_4xx(target, request):
+    _fire(target, "ollama", request)
 
 
 def test_afterwards_no_slot_is_held_and_nothing_went_wrong_inside(target):

@@ -129,3 +129,14 @@ def test_a_fallback_chain_without_a_loop_is_fine():
                         "models": {"a": {"backend": "g", "fallback": "b"}, "b": {"backend": "g", "fallback": "c"},
                                    "c": {"backend": "g"}}})
     assert cfg.models["a"].fallback == "b"
+
+
+def test_model_capabilities_for_ollamas_show_only_known_names():
+    base = {"backends": {"g": {"url": "http://h/v1"}}}
+    cfg = cfgmod.parse({**base, "models": {"a": {"backend": "g"}, "b": {"backend": "g", "capabilities": ["completion", "tools"]}}})
+    assert cfg.models["a"].capabilities is None and cfg.models["b"].capabilities == ["completion", "tools"]
+    with pytest.raises(cfgmod.ConfigError) as info:
+        cfgmod.parse({**base, "models": {"a": {"backend": "g", "capabilities": ["tools", "telepathy"]}}})
+    assert info.value.problems == [
+        "models.a.capabilities[1]: unknown capability 'telepathy' "
+        "(known: completion, tools, thinking, vision, embedding, insert, audio)"]

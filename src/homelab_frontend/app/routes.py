@@ -8,6 +8,7 @@ from ..errors import GatewayError
 from ..ops import admin, metrics
 from ..request.tracker import Tracked
 from ..surfaces.anthropic import handler as anthropic_surface
+from ..surfaces.ollama import handler as ollama_surface
 from ..surfaces.openai import handler as openai_surface
 from ..surfaces.responses import handler as responses_surface
 from .connguard import ConnectionGuard
@@ -57,17 +58,35 @@ def build_app(gw: Gateway) -> web.Application:
     app[GATEWAY] = gw
     r = app.router
     x = {"expect_handler": _expect}
-    r.add_post("/llm/v1/chat/completions", surface("openai", openai_surface.chat_completions), **x)
-    r.add_get("/llm/v1/models", surface("openai", openai_surface.models), **x)
-    r.add_post("/llm/v1/embeddings", surface("openai", openai_surface.embeddings), **x)
-    r.add_post("/llm/v1/messages", surface("anthropic", anthropic_surface.messages), **x)
-    r.add_post("/llm/v1/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
-    r.add_post("/llm/v1/responses", surface("responses", responses_surface.create), **x)
-    r.add_get("/llm/v1/responses/{id}", surface("responses", responses_surface.retrieve), **x)
-    r.add_delete("/llm/v1/responses/{id}", surface("responses", responses_surface.delete), **x)
-    r.add_route("*", "/llm/v1/responses/{tail:.*}", _unknown("responses"), **x)
-    r.add_route("*", "/llm/v1/messages/{tail:.*}", _unknown("anthropic"), **x)
-    r.add_route("*", "/llm/v1/messages", _unknown("anthropic"), **x)  # GET /messages: still Anthropic
+    # The OpenAI-shaped surfaces at /llm/v1, and at the host's root too: VS Code Copilot's Ollama
+    # provider lists models over /api and then chats at <host>/v1/chat/completions.
+    for v1 in ("/llm/v1", "/v1"):
+        r.add_post(f"{v1}/chat/completions", surface("openai", openai_surface.chat_completions), **x)
+        r.add_get(f"{v1}/models", surface("openai", openai_surface.models), **x)
+        r.add_post(f"{v1}/embeddings", surface("openai", openai_surface.embeddings), **x)
+        r.add_post(f"{v1}/messages", surface("anthropic", anthropic_surface.messages), **x)
+        r.add_post(f"{v1}/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
+        r.add_post(f"{v1}/responses", surface("responses", responses_surface.create), **x)
+        r.add_get(f"{v1}/responses/{{id}}", surface("responses", responses_surface.retrieve), **x)
+        r.add_delete(f"{v1}/responses/{{id}}", surface("responses", responses_surface.delete), **x)
+        r.add_route("*", f"{v1}/responses/{{tail:.*}}", _unknown("responses"), **x)
+        r.add_route("*", f"{v1}/messages/{{tail:.*}}", _unknown("anthropic"), **x)
+        r.add_route("*", f"{v1}/messages", _unknown("anthropic"), **x)  # GET /messages: still Anthropic
+    # Ollama's own API: at /api (its clients are given a host, not a path) and at /llm/api.
+    # /api/version needs no key (surfaces/ollama/handler.py), so it is not a surface route.
+    for api in ("/api", "/llm/api"):
+        r.add_get(f"{api}/version", ollama_surface.version)
+        r.add_get(f"{api}/tags", surface("ollama", ollama_surface.tags), **x)
+        r.add_get(f"{api}/ps", surface("ollama", ollama_surface.ps), **x)
+        r.add_post(f"{api}/show", surface("ollama", ollama_surface.show), **x)
+        r.add_post(f"{api}/chat", surface("ollama", ollama_surface.chat), **x)
+        r.add_post(f"{api}/generate", surface("ollama", ollama_surface.generate), **x)
+        r.add_post(f"{api}/embed", surface("ollama", ollama_surface.embed), **x)
+        r.add_post(f"{api}/embeddings", surface("ollama", ollama_surface.embeddings), **x)
+        for managed in ("pull", "push", "create", "copy", "delete", "blobs", "blobs/{digest}"):
+            r.add_route("*", f"{api}/{managed}", surface("ollama", ollama_surface.unmanaged), **x)
+        r.add_route("*", f"{api}/{{tail:.*}}", _unknown("ollama"), **x)
+    r.add_route("*", "/v1/{tail:.*}", _unknown("openai"), **x)
     # Claude Code warms its connection with `HEAD $ANTHROPIC_BASE_URL`, i.e. HEAD /llm (or /llm/).
     r.add_get("/llm", healthz)
     r.add_get("/llm/", healthz)

@@ -35,7 +35,22 @@ class SlotPool(Protocol):
 
 
 def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
-    """The configured model a client name means: itself, an exact alias, or the first glob."""
+    """The configured model a client name means: itself, an exact alias, or the first glob. A
+    name none of these know is tried with Ollama's default tag `:latest` taken off or put on:
+    Ollama's clients list `reasoning` as `reasoning:latest` (and VS Code Copilot then sends that
+    to the OpenAI routes), and to them an untagged name means `:latest`."""
+    known = _known(cfg, name)
+    if known is not None:
+        return known
+    if name.endswith(":latest") and len(name) > len(":latest"):
+        return _known(cfg, name[: -len(":latest")])
+    if name and ":" not in name.rsplit("/", 1)[-1]:
+        return _known(cfg, name + ":latest")
+    return None
+
+
+def _known(cfg: cfgmod.Config, name: str) -> str | None:
+    """resolve_alias without the `:latest` step (so the two directions never loop)."""
     if name in cfg.models:
         return name
     target = cfg.aliases.get(name)

@@ -168,6 +168,43 @@ async def _ollama_version(request: web.Request) -> web.Response:
     return _json({"version": "0.12.0"})
 
 
+async def _ollama_show(request: web.Request) -> web.Response:
+    """Ollama's native /api/show, as much of it as the gateway reads (capabilities, model_info,
+    details, template, parameters); an unknown model is Ollama's 404."""
+    config = request.app[STATE].config
+    body = await _read_json(request)
+    model = body.get("model") or body.get("name") if isinstance(body, dict) else None
+    if model not in config.models:
+        return _json({"error": f"model '{model}' not found"}, status=404)
+    return _json({
+        "modelfile": f"FROM {model}",
+        "parameters": 'stop "<|im_end|>"',
+        "template": "{{ .Prompt }}",
+        "details": {"parent_model": "", "format": "gguf", "family": "qwen2", "families": ["qwen2"],
+                    "parameter_size": "3.1B", "quantization_level": "Q4_K_M"},
+        "model_info": {"general.architecture": "qwen2", "general.basename": "Qwen2.5",
+                       "qwen2.context_length": 32768},
+        "capabilities": ["completion", "tools"],
+        "modified_at": "2026-01-01T00:00:00Z",
+    })
+
+
+async def _llama_props(request: web.Request) -> web.Response:
+    """llama-server's /props: the fields the gateway reads (the chat template's capabilities,
+    the modalities, the context per slot)."""
+    config = request.app[STATE].config
+    return _json({
+        "default_generation_settings": {"n_ctx": config.max_model_len, "params": {}},
+        "total_slots": 2,
+        "model_alias": config.models[0],
+        "model_path": f"/models/{config.models[0]}.gguf",
+        "chat_template_caps": {"supports_tool_calls": True, "supports_tools": True, "supports_system_role": True,
+                               "supports_parallel_tool_calls": True},
+        "modalities": {"vision": False, "audio": False},
+        "build_info": "stub",
+    })
+
+
 async def _stats(request: web.Request) -> web.Response:
     return _json(request.app[STATE].stats.as_dict())
 
@@ -214,11 +251,13 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_post("/apply-template", _llama_apply_template)
         app.router.add_get("/metrics", _llama_metrics)
         app.router.add_get("/slots", _llama_slots)
+        app.router.add_get("/props", _llama_props)
         app.router.add_get("/health", _health)
         app.on_response_prepare.append(_llama_headers)
     else:
         app.router.add_get("/", _ollama_root)
         app.router.add_get("/api/version", _ollama_version)
+        app.router.add_post("/api/show", _ollama_show)
     app.router.add_get("/stub/stats", _stats)
     app.router.add_post("/stub/reset", _reset)
     app.router.add_post("/stub/fail", _fail)

@@ -32,6 +32,21 @@ def test_names_aliases_and_globs():
     assert r.resolve("small").upstream_model == "small"  # default: the client name
 
 
+def test_ollamas_latest_tag_means_the_untagged_name():
+    r = _router()
+    route = r.resolve("small:latest")  # as Ollama's clients list it, and VS Code sends it to /v1
+    assert (route.model, route.client_model, route.upstream_model) == ("small", "small:latest", "small")
+    assert r.resolve("gpt:latest").model == "small"  # an alias too
+    with pytest.raises(GatewayError):
+        r.resolve("small:q4")  # another tag is another model
+    with pytest.raises(GatewayError):
+        r.resolve(":latest")
+    cfg = cfgmod.parse({"backends": {"a": {"url": "http://127.0.0.1:9/a/v1"}},
+                        "models": {"qwen:latest": {"backend": "a"}}})
+    tagged = Router(cfg, {"a": BackendState("a", cfg.backends["a"], SlotPool("a", 1, 1, 1.0))})
+    assert tagged.resolve("qwen").model == "qwen:latest"  # and the other way: untagged means :latest
+
+
 def test_unknown_model_is_a_404_listing_the_models():
     with pytest.raises(GatewayError) as e:
         _router().resolve("nope")

@@ -1,0 +1,286 @@
+"""Ollama's own API (`/api/...`, also under `/llm/api/...`): glue only, on the shared skeleton.
+
+Parsing is request.py, the NDJSON stream stream.py, the whole answer assemble.py, model names and
+documents models.py, errors errors.py; the backend's capabilities come from
+upstream/capabilities.py. What only this dialect needs here:
+* names: `reasoning` and `reasoning:latest` are one model (policy/routing.resolve_alias); an
+  unknown one is Ollama's 404 `model "x" not found`;
+* a chat with no messages, or a generate with no prompt, only loads (`keep_alive: 0`: unloads) a
+  model in Ollama: answered with the one JSON object Ollama sends (`done_reason` load / unload),
+  without taking a slot. Open WebUI unloads that way and waits for that object;
+* while a stream waits (queue, prefill) nothing is written: no keep-alive line (the skeleton's
+  pings stay off), because the Python library would choke on a blank one;
+* `/api/version` answers without a key (like /healthz: it says nothing about the models; Ollama
+  has no keys and clients probe it first), everything else needs the gateway's Bearer key.
+* pull, push, create, copy, delete and blobs: the gateway serves the models its config names,
+  so these are an Ollama-shaped error saying so, never a 404 page or a hang.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Callable
+
+import msgspec
+from aiohttp import web
+
+from ... import canonical as c
+from ...errors import GatewayError, clean_message
+from ...policy.routing import Route
+from ...request.exchange import Exchange
+from ...request.outcome import DONE
+from ...request.tracker import Tracked
+from ...upstream.capabilities import Facts, can_tell, fetch_facts
+from ...upstream.decode import ErrorBody, Malformed, validate_embeddings
+from ..body import decode_object
+from ..context import Gateway
+from ..skeleton import Inbound, Turn, answer, exchange, inbound
+from . import models as names
+from .assemble import AnswerFailed, WholeAssembler
+from .errors import model_not_found
+from .request import Call, parse_chat, parse_generate
+from .stream import NdjsonEncoder, durations, wall_clock
+
+# What /api/version says: an Ollama whose API this surface speaks. Clients gate features on it
+# (VS Code Copilot wants >= 0.6.4; Open WebUI parses it as numbers).
+OLLAMA_VERSION = "0.12.0"
+NDJSON = "application/x-ndjson"
+_encode = msgspec.json.encode
+_FACTS_TTL_S = 60.0
+_facts: dict[tuple[str, str], tuple[float, Facts | None]] = {}  # (backend url, model) -> (until, facts)
+
+
+def _json(doc: object, gw: Gateway, t: Tracked, status: int = 200) -> web.Response:
+    t.end(DONE, override=True)
+    return web.Response(status=status, body=_encode(doc), content_type="application/json", headers=gw.headers(t))
+
+
+def _names(gw: Gateway) -> list[str]:
+    return [names.tag_name(n) for n in gw.router.model_names()]
+
+
+def resolve(gw: Gateway, name: str) -> Route:
+    """The route, or Ollama's 404 (`model "x" not found`). `reasoning:latest` and `reasoning`
+    resolve alike (policy/routing.resolve_alias)."""
+    try:
+        return gw.router.resolve(name)
+    except GatewayError as err:
+        if err.kind == "not_found":
+            raise model_not_found(name, _names(gw)) from None
+        raise
+
+
+def _model_field(raw: dict) -> str:
+    model = raw.get("model") or raw.get("name")  # older clients send `name`
+    if not isinstance(model, str) or not model:
+        raise GatewayError("invalid_request", "model: required string field is missing", param="model")
+    return model
+
+
+# -- models -------------------------------------------------------------------------------------
+
+
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": OLLAMA_VERSION})
+
+
+def _usable(request: web.Request, gw: Gateway) -> list[tuple[str, Route]]:
+    out = []
+    for name in gw.router.model_names():
+        route = gw.router.resolve(name)
+        if gw.auth.may_use(request, route):  # a key sees only the models it may use
+            out.append((name, route))
+    return out
+
+
+def _context_length(route: Route) -> int | None:
+    known = [n for n in (route.context_length(b) for b in route.backends) if n]
+    return min(known) if known else None
+
+
+async def tags(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    gw.auth.admit(request, None, "ollama")
+    now = wall_clock()
+    return _json({"models": [names.tags_entry(name, now) for name, _ in _usable(request, gw)]}, gw, t)
+
+
+async def ps(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    """What is running: the models whose backends hold slots right now."""
+    gw.auth.admit(request, None, "ollama")
+    running = [names.ps_entry(name, _context_length(route)) for name, route in _usable(request, gw)
+               if any(b.pool.in_use for b in route.backends)]
+    return _json({"models": running}, gw, t)
+
+
+async def _backend_facts(gw: Gateway, route: Route) -> list[Facts]:
+    told = []
+    now = time.monotonic()
+    for b in route.backends:
+        if not can_tell(b.cfg.kind):
+            continue
+        key = (b.cfg.url, route.upstream_model)
+        cached = _facts.get(key)
+        if cached is None or cached[0] < now:
+            got = await fetch_facts(gw.clients[b.name], b.cfg.kind, route.upstream_model)
+            if len(_facts) > 1024:
+                _facts.clear()
+            _facts[key] = cached = (now + _FACTS_TTL_S, got)
+        if cached[1] is not None:
+            told.append(cached[1])
+    return told
+
+
+async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    body = await gw.read_body(request)
+    raw = await gw.parse(body, decode_object)
+    name = _model_field(raw)
+    t.model = name
+    route = resolve(gw, name)
+    gw.auth.admit(request, route, "ollama")
+    facts = names.merge_facts(await _backend_facts(gw, route), gw.cfg.models[route.model].capabilities)
+    return _json(names.show_document(name, facts, _context_length(route), wall_clock()), gw, t)
+
+
+async def unmanaged(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    gw.auth.admit(request, None, "ollama")
+    what = request.path.rsplit("/api/", 1)[-1].split("/", 1)[0]
+    raise GatewayError(
+        "invalid_request",
+        f"{what}: this gateway does not manage models through the Ollama API; it serves the models "
+        "its config names (see /api/tags), on the backends the config names",
+        status=400,
+    )
+
+
+# -- chat and generate --------------------------------------------------------------------------
+
+
+class OllamaTurn(Turn):
+    stream_headers = {"content-type": NDJSON, "cache-control": "no-cache"}
+
+    def __init__(self, call: Call, t: Tracked) -> None:
+        assert call.request is not None
+        self.req = call.request
+        self.call = call
+        self.t = t
+        self.id_prefix = f"call_{secrets.token_hex(4)}_"  # for the calls an upstream gives no id
+
+    def _durations(self):
+        t = self.t
+        return durations(time.monotonic() - t.started, t.queue_wait, t.upstream_headers, t.ttft)
+
+    def encoder(self) -> NdjsonEncoder:
+        return NdjsonEncoder(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix)
+
+    def whole(self, events: list[c.Event], ex: Exchange) -> dict:
+        asm = WholeAssembler(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix)
+        try:
+            for ev in events:
+                asm.feed(ev)
+            return asm.result(self._durations())
+        except AnswerFailed as err:
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+
+    def finish(self, enc, ex: Exchange) -> bytes:
+        tail = enc.finish(self._durations())
+        if enc.failed:  # the model's tool call arguments were no JSON object: the client got an error
+            self.t.fail("upstream_malformed", override=True)
+        return tail
+
+
+def _loaded(call: Call) -> dict:
+    """Ollama's answer to a load (or unload) request: one object, whatever `stream` says."""
+    doc: dict = {"model": call.model, "created_at": wall_clock()}
+    if call.endpoint == "chat":
+        doc["message"] = {"role": "assistant", "content": ""}
+    else:
+        doc["response"] = ""
+    doc.update(done=True, done_reason="unload" if call.unload else "load")
+    return doc
+
+
+async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Callable[[bytes], Call]) -> web.StreamResponse:
+    try:
+        front = await inbound(request, gw, t, "ollama", parse)
+    except GatewayError as err:
+        if err.kind == "not_found" and err.param == "model":
+            raise model_not_found(t.model, _names(gw)) from None
+        raise
+    call = front.parsed
+    if call.request is None:
+        return _json(_loaded(call), gw, t)
+    async with exchange(request, gw, t, front, call.request) as ex:
+        return await answer(request, gw, t, ex, OllamaTurn(call, t))
+
+
+async def chat(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+    return await _generation(request, gw, t, parse_chat)
+
+
+async def generate(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+    return await _generation(request, gw, t, parse_generate)
+
+
+# -- embeddings ---------------------------------------------------------------------------------
+
+
+async def _embed_upstream(request: web.Request, gw: Gateway, t: Tracked, name: str, inputs: list[str],
+                          dimensions: int | None) -> tuple[list[list[float]], int | None]:
+    t.model = name
+    route = resolve(gw, name)
+    front = Inbound(b"", None, route, gw.auth.admit(request, route, "ollama"))
+    upstream_body: dict = {"model": route.upstream_model, "input": inputs}
+    if dimensions is not None:
+        upstream_body["dimensions"] = dimensions
+    async with exchange(request, gw, t, front, c.Request(model=name, messages=[])) as ex:
+        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
+        raw = await ex.client.read_all(upstream)
+        ex.complete = True
+    try:
+        doc = validate_embeddings(raw)
+    except Malformed as err:
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+    except ErrorBody as err:
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+    rows = sorted(doc.data or [], key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0)
+    vectors = [d.get("embedding") for d in rows]
+    if len(vectors) != len(inputs) or not all(isinstance(v, list) for v in vectors):
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: the embeddings do not match the inputs")
+    usage = msgspec.json.decode(raw).get("usage")
+    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    prompt = prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None
+    t.tokens_in = prompt
+    return vectors, prompt
+
+
+async def embed(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    body = await gw.read_body(request)
+    raw = await gw.parse(body, decode_object)
+    name = _model_field(raw)
+    value = raw.get("input")
+    inputs = [value] if isinstance(value, str) else value
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(s, str) for s in inputs):
+        raise GatewayError("invalid_request", "input: expected a string or a non-empty list of strings", param="input")
+    dims = raw.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise GatewayError("invalid_request", "dimensions: expected a positive integer", param="dimensions")
+    vectors, prompt = await _embed_upstream(request, gw, t, name, inputs, dims)
+    elapsed = int((time.monotonic() - t.started) * 1e9)
+    doc: dict = {"model": name, "embeddings": vectors, "total_duration": elapsed,
+                 "load_duration": int(((t.queue_wait or 0) + (t.upstream_headers or 0)) * 1e9)}
+    if prompt is not None:
+        doc["prompt_eval_count"] = prompt
+    return _json(doc, gw, t)
+
+
+async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    """The older endpoint: one `prompt`, one `embedding`."""
+    body = await gw.read_body(request)
+    raw = await gw.parse(body, decode_object)
+    name = _model_field(raw)
+    prompt = raw.get("prompt")
+    if not isinstance(prompt, str):
+        raise GatewayError("invalid_request", "prompt: required string field is missing", param="prompt")
+    vectors, _ = await _embed_upstream(request, gw, t, name, [prompt], None)
+    return _json({"embedding": vectors[0]}, gw, t)

@@ -1,0 +1,404 @@
+"""Ollama `/api/chat` and `/api/generate` bodies -> canonical `Request` (pure: bytes in, a `Call`
+or a `GatewayError` out).
+
+The body is decoded once into plain JSON and walked by hand, so every refusal names its field
+(`messages[2].images[0]: not base64 data`) and `param` holds that path. Fields we do not use are
+accepted and dropped; the canonical request is built field by field, so nothing unknown reaches
+an upstream.
+
+Choices, rule by rule
+---------------------
+stream
+    Absent means true (Ollama's default; the official Python library always sends it anyway).
+messages (/api/chat)
+    `system`, `user`, `assistant`, `tool`; any other role is a 400 naming `messages[i].role`.
+    `content` a string (absent or null: empty: the Python library drops an empty `content`, so an
+    assistant tool-call turn arrives without one). `images`: base64 strings (Ollama's shape, no
+    `data:` prefix; a `data:` URL is taken as it is) -> ImagePart `data:<type>;base64,...`, the
+    type sniffed from the first bytes (PNG, JPEG, GIF, WebP; else image/jpeg, which vision
+    servers decode by content anyway). `thinking` on an assistant turn -> Message.reasoning (sent
+    back upstream as `reasoning`, as Ollama's OpenAI layer does).
+tool calls and their answers
+    Ollama's tool calls carry no id (newer servers and the JavaScript library may send one:
+    honoured when sent) and its tool messages name the tool (`tool_name`) rather than the call;
+    OpenAI-shaped upstreams need both tied by an id. A call without an id gets
+    `call_<message index>_<call index>`: derived from its position, so each turn renders the
+    earlier ones exactly as before (prefix cache). A tool message with `tool_call_id` keeps it;
+    else it answers the earliest unanswered call of the turns before it with that `tool_name`
+    (or, without a name, the earliest unanswered call at all); failing both, it gets
+    `call_<message index>` and the upstream's template decides. `arguments` are an object (or a
+    JSON text, which the JavaScript library passes through); anything else is a 400.
+tools
+    `[{"type": "function", "function": {name, description, parameters}}]`; `"tools": []` (the
+    Python library always sends it) means none.
+think
+    true/false -> reasoning_enabled; "low"/"medium"/"high" -> enabled with that effort; any other
+    value is a 400 (Ollama refuses it too). Absent: not said (the upstream's default).
+format
+    "json" -> `response_format: {"type": "json_object"}`; an object -> a JSON schema
+    (`json_schema`, named "format"); "" or null -> none; anything else a 400.
+options
+    temperature, top_p, top_k, stop (a string or a list), seed, presence_penalty,
+    frequency_penalty, min_p are used; `num_predict` becomes max_tokens (so it is fitted to the
+    context like every max_tokens: request/context_clamp.py); -1 (no limit) and -2 (fill the
+    context) mean none. Every other option (num_ctx, num_gpu, mirostat, repeat_penalty...) is
+    accepted and ignored: no OpenAI-shaped backend changes its context or loading per request
+    (vLLM's max_model_len and llama.cpp's -c are fixed at launch; Ollama's OpenAI layer reads no
+    num_ctx). A used option of the wrong type is a 400 naming `options.<name>`.
+keep_alive
+    A duration string ("5m"), a number of seconds, 0 or -1: accepted (validated, then unused
+    until managed backends exist). Open WebUI's unload is `{"model", "prompt": "", "keep_alive": 0}`.
+/api/generate
+    `system` -> a system message, `prompt` (+ top-level `images`) -> one user message. A request
+    with no prompt and no messages only loads (or with keep_alive 0 unloads) the model in Ollama:
+    the Call says so and the handler answers one JSON object without an upstream request.
+    `suffix` (fill-in-the-middle), `raw: true` (a prompt without the chat template), a non-empty
+    `context` (token ids of an earlier answer) and `template` cannot be honoured through a chat
+    completion: each is a 400 naming the field rather than an answer to a different question.
+"""
+
+from __future__ import annotations
+
+import binascii
+from typing import Any, Literal
+
+import msgspec
+
+from ... import canonical as c
+from ...errors import GatewayError
+from ..body import decode_object
+
+__all__ = ["Call", "parse_chat", "parse_generate"]
+
+_EFFORTS = ("low", "medium", "high")
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+class Call(msgspec.Struct):
+    """A parsed /api/chat or /api/generate body."""
+
+    endpoint: Literal["chat", "generate"]
+    model: str
+    stream: bool
+    request: c.Request | None  # None: only load / unload the model (no prompt, no messages)
+    keep_alive: float | str | None = None
+
+    @property
+    def unload(self) -> bool:
+        return self.keep_alive == 0 or self.keep_alive == "0" or self.keep_alive == "0s"
+
+
+def _bad(path: str, detail: str) -> GatewayError:
+    return GatewayError("invalid_request", f"{path}: {detail}" if path else detail, param=path or None)
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    return "an object"
+
+
+def _str(raw: dict, key: str, path: str, *, required: bool = False) -> str | None:
+    v = raw.get(key)
+    if v is None:
+        if required:
+            raise _bad(path, "required string field is missing")
+        return None
+    if not isinstance(v, str):
+        raise _bad(path, f"expected a string, got {_kind(v)}")
+    return v
+
+
+def _bool(raw: dict, key: str, path: str) -> bool | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise _bad(path, f"expected true or false, got {_kind(v)}")
+    return v
+
+
+def _number(v: Any, path: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(path, f"expected a number, got {_kind(v)}")
+    return float(v)
+
+
+def _int(v: Any, path: str) -> int:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(path, f"expected an integer, got {_kind(v)}")
+    return v
+
+
+_SNIFF = (
+    (b"\x89PNG", "image/png"),
+    (b"\xff\xd8", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"RIFF", "image/webp"),
+)
+
+
+def _image(v: Any, path: str) -> c.ImagePart:
+    if not isinstance(v, str) or not v:
+        raise _bad(path, f"expected base64 image data, got {_kind(v)}")
+    if v.startswith("data:"):
+        return c.ImagePart(v)
+    try:
+        head = binascii.a2b_base64(v[:16].encode())
+        binascii.a2b_base64(v.encode(), strict_mode=False)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        raise _bad(path, "not base64 image data") from None
+    media = next((t for magic, t in _SNIFF if head.startswith(magic)), "image/jpeg")
+    return c.ImagePart(f"data:{media};base64,{v}")
+
+
+def _images(raw: dict, path: str) -> list[c.Part]:
+    v = raw.get("images")
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _bad(path, f"expected a list of base64 images, got {_kind(v)}")
+    return [_image(img, f"{path}[{j}]") for j, img in enumerate(v)]
+
+
+def _arguments(v: Any, path: str) -> str:
+    if v is None:
+        return "{}"
+    if isinstance(v, dict):
+        return msgspec.json.encode(v).decode()
+    if isinstance(v, str):
+        try:
+            parsed = msgspec.json.decode(v) if v.strip() else {}
+        except msgspec.DecodeError:
+            raise _bad(path, "expected an object, or a JSON text of one") from None
+        if isinstance(parsed, dict):
+            return v if v.strip() else "{}"
+    raise _bad(path, f"expected an object, got {_kind(v)}")
+
+
+class _Calls:
+    """The tool calls of the turns so far, for tool messages that name a tool, not a call."""
+
+    def __init__(self) -> None:
+        self.open: list[c.ToolCall] = []  # not yet answered, in order
+
+    def add(self, calls: list[c.ToolCall]) -> None:
+        self.open.extend(calls)
+
+    def answer(self, call_id: str | None, name: str | None) -> str | None:
+        if call_id is not None:
+            self.open = [t for t in self.open if t.id != call_id]
+            return call_id
+        for k, t in enumerate(self.open):
+            if name is None or t.name == name:
+                del self.open[k]
+                return t.id
+        return None
+
+
+def _tool_calls(v: Any, i: int, path: str) -> list[c.ToolCall]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _bad(path, f"expected a list, got {_kind(v)}")
+    out = []
+    for j, tc in enumerate(v):
+        where = f"{path}[{j}]"
+        if not isinstance(tc, dict):
+            raise _bad(where, f"expected an object, got {_kind(tc)}")
+        fn = tc.get("function")
+        if not isinstance(fn, dict):
+            raise _bad(f"{where}.function", "required object field is missing")
+        name = _str(fn, "name", f"{where}.function.name", required=True)
+        call_id = tc.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"call_{i}_{j}"
+        out.append(c.ToolCall(call_id, name or "", _arguments(fn.get("arguments"), f"{where}.function.arguments")))
+    return out
+
+
+def _message(i: int, m: Any, calls: _Calls) -> c.Message:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise _bad(where, f"expected an object, got {_kind(m)}")
+    role = m.get("role")
+    if role not in _ROLES:
+        raise _bad(f"{where}.role", f"expected system, user, assistant or tool, got {role!r}")
+    content = _str(m, "content", f"{where}.content") or ""
+    parts: list[c.Part] = [c.TextPart(content)] if content else []
+    parts.extend(_images(m, f"{where}.images"))
+    if role == "tool":
+        call_id = _str(m, "tool_call_id", f"{where}.tool_call_id") or None
+        name = _str(m, "tool_name", f"{where}.tool_name") or _str(m, "name", f"{where}.name")
+        answered = calls.answer(call_id, name)
+        return c.Message("tool", parts, tool_call_id=answered or f"call_{i}")
+    if role == "assistant":
+        tool_calls = _tool_calls(m.get("tool_calls"), i, f"{where}.tool_calls")
+        calls.add(tool_calls)
+        reasoning = _str(m, "thinking", f"{where}.thinking") or None
+        return c.Message("assistant", parts, tool_calls=tool_calls, reasoning=reasoning)
+    return c.Message(role, parts)
+
+
+def _tools(v: Any) -> list[c.Tool]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _bad("tools", f"expected a list, got {_kind(v)}")
+    out = []
+    for k, t in enumerate(v):
+        where = f"tools[{k}]"
+        if not isinstance(t, dict):
+            raise _bad(where, f"expected an object, got {_kind(t)}")
+        fn = t.get("function")
+        if not isinstance(fn, dict):
+            raise _bad(f"{where}.function", "required object field is missing")
+        name = _str(fn, "name", f"{where}.function.name", required=True)
+        if not name:
+            raise _bad(f"{where}.function.name", "must not be empty")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise _bad(f"{where}.function.parameters", f"expected a JSON schema object, got {_kind(params)}")
+        out.append(c.Tool(name, _str(fn, "description", f"{where}.function.description"), params or {}))
+    return out
+
+
+def _think(v: Any) -> tuple[bool | None, str | None]:
+    if v is None:
+        return None, None
+    if isinstance(v, bool):
+        return v, None
+    if isinstance(v, str) and v in _EFFORTS:
+        return True, v
+    raise _bad("think", f"expected true, false, or one of low, medium, high, got {v!r}")
+
+
+def _format(v: Any) -> dict | None:
+    if v is None or v == "":
+        return None
+    if v == "json":
+        return {"type": "json_object"}
+    if isinstance(v, dict):
+        return {"type": "json_schema", "json_schema": {"name": "format", "schema": v}}
+    raise _bad("format", f'expected "json" or a JSON schema object, got {v!r}'[:200])
+
+
+def _keep_alive(v: Any) -> float | str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise _bad("keep_alive", f'expected a duration ("5m", "1h") or a number of seconds, got {_kind(v)}')
+    return v
+
+
+def _options(v: Any, req: c.Request) -> None:
+    if v is None:
+        return
+    if not isinstance(v, dict):
+        raise _bad("options", f"expected an object, got {_kind(v)}")
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "min_p"):
+        if v.get(key) is None:
+            continue
+        value = _number(v[key], f"options.{key}")
+        if key == "temperature":
+            if value < 0:
+                raise _bad("options.temperature", f"must be at least 0, got {v[key]}")
+            req.temperature = value
+        elif key == "top_p":
+            if not 0 <= value <= 1:
+                raise _bad("options.top_p", f"must be between 0 and 1, got {v[key]}")
+            req.top_p = value
+        else:
+            req.extra[key] = v[key]
+    if v.get("top_k") is not None:
+        top_k = _int(v["top_k"], "options.top_k")
+        if top_k < 0:
+            raise _bad("options.top_k", f"must be at least 0, got {top_k}")
+        req.top_k = top_k
+    if v.get("seed") is not None:
+        req.extra["seed"] = _int(v["seed"], "options.seed")
+    if v.get("num_predict") is not None:
+        n = _int(v["num_predict"], "options.num_predict")
+        if n in (-1, -2):
+            req.max_tokens = None
+        elif n < 1:
+            raise _bad("options.num_predict", f"must be at least 1, or -1 (no limit) or -2 (fill the context), got {n}")
+        else:
+            req.max_tokens = n
+    stop = v.get("stop")
+    if stop is not None:
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list):
+            raise _bad("options.stop", f"expected a list of strings, got {_kind(stop)}")
+        for k, s in enumerate(stop):
+            if not isinstance(s, str):
+                raise _bad(f"options.stop[{k}]", f"expected a string, got {_kind(s)}")
+        req.stop = [s for s in stop if s]
+
+
+def _common(raw: dict, endpoint: Literal["chat", "generate"], messages: list[c.Message]) -> Call:
+    model = _str(raw, "model", "model", required=True) or ""
+    if not model:
+        raise _bad("model", "must not be empty")
+    stream = _bool(raw, "stream", "stream")
+    stream = True if stream is None else stream
+    enabled, effort = _think(raw.get("think"))
+    req = c.Request(model=model, messages=messages, stream=stream, tools=_tools(raw.get("tools")),
+                    reasoning_enabled=enabled, reasoning_effort=effort)
+    fmt = _format(raw.get("format"))
+    if fmt is not None:
+        req.extra["response_format"] = fmt
+    _options(raw.get("options"), req)
+    return Call(endpoint, model, stream, req, _keep_alive(raw.get("keep_alive")))
+
+
+def parse_chat(body: bytes) -> Call:
+    raw = decode_object(body)
+    v = raw.get("messages")
+    if v is not None and not isinstance(v, list):
+        raise _bad("messages", f"expected a list of messages, got {_kind(v)}")
+    calls = _Calls()
+    messages = [_message(i, m, calls) for i, m in enumerate(v or [])]
+    call = _common(raw, "chat", messages)
+    if not messages:
+        call.request = None  # Ollama: an empty chat loads the model
+    return call
+
+
+def parse_generate(body: bytes) -> Call:
+    raw = decode_object(body)
+    for key in ("suffix", "template"):
+        if _str(raw, key, key):
+            what = "fill-in-the-middle" if key == "suffix" else "a per-request prompt template"
+            raise _bad(key, f"{what} is not available through this gateway: its backends are "
+                            "reached through their chat completions API")
+    if _bool(raw, "raw", "raw"):
+        raise _bad("raw", "a raw prompt (without the model's chat template) is not available through "
+                          "this gateway; send it without raw, or use /api/chat")
+    context = raw.get("context")
+    if context is not None and context != []:
+        raise _bad("context", "the token context of an earlier answer cannot be continued through this "
+                              "gateway (it never returns one); send the conversation to /api/chat instead")
+    prompt = _str(raw, "prompt", "prompt") or ""
+    system = _str(raw, "system", "system") or ""
+    images = _images(raw, "images")
+    messages: list[c.Message] = []
+    if system:
+        messages.append(c.Message("system", [c.TextPart(system)]))
+    if prompt or images:
+        messages.append(c.Message("user", ([c.TextPart(prompt)] if prompt else []) + images))
+    call = _common(raw, "generate", messages)
+    if not (prompt or images):
+        call.request = None  # Ollama: no prompt loads the model (keep_alive 0: unloads it)
+    return call
