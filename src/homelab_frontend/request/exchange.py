@@ -82,6 +82,7 @@ class Exchange:
             raise
         self.backend = backend
         self.t.backend = backend.name
+        self.t.upstream_model = self.route.upstream_model
         t0 = time.monotonic()
         try:
             await backend.pool.acquire(self.principal.name, self.principal.priority)
@@ -103,7 +104,9 @@ class Exchange:
         self._opened = True
         t0 = time.monotonic()
         try:
-            self.resp = await client.post(path, body)
+            trace = self.t.trace
+            self.resp = await (client.post(path, body) if trace is None
+                               else client.post(path, body, headers=trace.upstream_headers()))
         except GatewayError:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
             raise
@@ -169,6 +172,7 @@ class Exchange:
         if self._held_since is not None and self.backend is not None:
             held = time.monotonic() - self._held_since
             self._held_since = None
+            self.t.slot_seconds += held
             self.backend.pool.release(held)
 
     def own_cancel(self) -> GatewayError | None:

@@ -30,6 +30,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity",
+        "slot_seconds", "upstream_model", "body_bytes", "trace",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -57,6 +58,11 @@ class Tracked:
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
         # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None
+        # for the usage ledger (usage/record.py) and traces (tracing/)
+        self.slot_seconds = 0.0  # seconds a backend slot was held (summed, should it take several)
+        self.upstream_model: str | None = None  # the name the backend was asked for
+        self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
+        self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
 
     def end(self, cause: str, kind: str = "", *, begun: bool = True, override: bool = False) -> None:
         """Record how the request ended (request/outcome.py): the first cause wins, unless
