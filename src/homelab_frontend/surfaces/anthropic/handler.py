@@ -100,7 +100,9 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                         t.tokens_out = ev.output_tokens
                     if ev.cached_input_tokens is not None:
                         t.tokens_cached = ev.cached_input_tokens
-                elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)):
+                elif isinstance(ev, (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)) and t.tokens_in is None:
+                    # the gateway's own count, until the upstream reports usage (vLLM: on every
+                    # chunk), whose count already includes this delta
                     t.tokens_out += 1
                 frames.append(enc.feed(ev))
             data = b"".join(frames)
