@@ -75,7 +75,7 @@ def plan(t, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
     slot = t.slot_seconds or 0.0
     if t.queue_wait is None and not slot:
         return spans  # never reached admission (refused, or failed before): the one span
-    admitted = end - slot if slot else end
+    admitted = max(start, end - slot)
     queue = t.queue_wait or 0.0
     spans.append(PlannedSpan("queue", _child(trace.span_id, 1), trace.span_id, INTERNAL,
                              max(start, admitted - queue), max(start, admitted), {"homelab.backend": t.backend or ""}))
