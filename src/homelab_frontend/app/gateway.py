@@ -38,6 +38,7 @@ from .timing import server_timing
 log = logging.getLogger("homelab_frontend")
 T = TypeVar("T")
 TRACKED = "hlf_tracked"  # request[...]: the record, for what reads the body (capture_content)
+BODY_BYTES = "hlf_body_bytes"  # request[...]: the body's size (the ledger's estimate of an unreported prompt)
 OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 
@@ -188,6 +189,7 @@ class Gateway:
                                    "(limits.max_body_bytes)")
             chunks.append(chunk)
         body = b"".join(chunks)
+        request[BODY_BYTES] = size
         if self.tracing is not None and self.tracing.capture:
             t = request.get(TRACKED)
             if t is not None:

@@ -22,7 +22,7 @@ from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
 from ..surfaces.openai import errors as openai_errors
 from ..surfaces.responses import errors as responses_errors
-from .gateway import GATEWAY, TRACKED, Gateway
+from .gateway import BODY_BYTES, GATEWAY, TRACKED, Gateway
 from .timing import server_timing
 
 log = logging.getLogger("homelab_frontend")
@@ -70,7 +70,7 @@ def surface(dialect: str, fn: Handler):
             gw.tracker.remove(t)
             key = request.get("principal_key")
             t.key_name = key.name if key is not None else None
-            t.body_bytes = request.content_length
+            t.body_bytes = request.get(BODY_BYTES)
             gw.observe(t, request.path)
 
     return handler

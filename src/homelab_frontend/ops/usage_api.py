@@ -11,11 +11,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
 from ..errors import GatewayError
 from ..usage.windows import parse_time
 from .context import gateway as _gw
+
+log = logging.getLogger("homelab_frontend")
 
 
 def _error(status: int, kind: str, message: str, param: str | None = None) -> web.Response:
@@ -54,8 +58,15 @@ async def _answer(request: web.Request, only_key: str | None) -> web.Response:
         if params["key"] is not None and params["key"] != only_key:
             return _error(403, "permission_error", "a key may read only its own usage", "key")
         params["key"] = only_key
-    rows = await ledger.query(**params)
-    return web.json_response({"rows": rows, "budgets": await ledger.budget_status(params["key"])})
+    try:
+        rows = await ledger.query(**params)
+        budgets = await ledger.budget_status(params["key"])
+    except GatewayError as err:
+        return _error(err.status, "api_error", err.message)
+    except Exception as err:  # the store failed (a disk error, Redis gone): said, not a stack trace
+        log.warning("usage ledger: query failed: %s", err)
+        return _error(503, "api_error", f"the usage ledger cannot be read now: {type(err).__name__}")
+    return web.json_response({"rows": rows, "budgets": budgets})
 
 
 async def admin_usage(request: web.Request) -> web.Response:

@@ -22,9 +22,19 @@ def limits_of(auth: cfgmod.Auth) -> dict[str, cfgmod.Budget]:
             if k.budget is not None and (k.budget.tokens_per_day or k.budget.tokens_per_month)}
 
 
+_month_of_day: dict[int, int] = {}
+
+
 def windows(now: float) -> tuple[int, int]:
-    """(the UTC day's start, the UTC month's start) at `now`."""
-    return day_start(now), month_start(now)
+    """(the UTC day's start, the UTC month's start) at `now`. Once per request: the month is
+    looked up by day (gmtime and timegm cost microseconds)."""
+    day = int(now // DAY) * DAY
+    month = _month_of_day.get(day)
+    if month is None:
+        if len(_month_of_day) > 64:
+            _month_of_day.clear()
+        month = _month_of_day[day] = month_start(day)
+    return day, month
 
 
 def refusal(name: str, budget: cfgmod.Budget, used_day: int, used_month: int, now: float) -> GatewayError | None:

@@ -32,7 +32,7 @@ class Ledger:
     def record(self, t: Record) -> None:
         e = entry_of(t, time.time())
         if e is not None:
-            self.store.put(e)
+            self.store.put(e, e.key in self.limits)
 
     def budgeted(self, key: str) -> bool:
         return key in self.limits

@@ -7,9 +7,12 @@ set of the hours holding rows lets a query find them. Entries are gathered in me
 written every `flush_interval_s` in one pipeline, so a replica that crashes loses at most that.
 
 Budgets: one counter per key and window (`hlf:usage:b:<key>:d:<day start>`, `...:m:<month
-start>`), INCRBY'd the moment a request finishes, not at the next flush, and read (MGET) when a
-budgeted key's request is admitted: another replica's finished request counts at once. What this
-replica has sent but Redis has not yet acknowledged is added on top, so it is never counted late.
+start>`). A budgeted key's request is INCRBY'd the moment it finishes, not at the next flush, and
+the counters are read (MGET) when that key's next request is admitted: another replica's finished
+request counts at once. What this replica has sent but Redis has not yet acknowledged is added on
+top, so it is never counted late. Keys without a budget are counted with the next flush (a budget
+added by a reload then starts from the right figure). Redis unreachable at admission: a 503, not
+a waived budget.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 import msgspec
 
 from .. import config as cfgmod
+from ..errors import GatewayError
 from .budgets import DAY_WINDOW, MONTH_WINDOW, windows
 from .record import Entry
 from .rollup import FLOAT_METRICS, METRICS, Dims, Rollup
@@ -35,13 +39,24 @@ def _budget_key(key: str, window: str, start: int) -> str:
     return f"{PREFIX}b:{key}:{window}:{start}"
 
 
+def _windowed(later: dict[tuple[str, int], int]) -> dict[tuple[str, str, int], int]:
+    """Unbudgeted keys' tokens (budgeted ones are counted at once) per budget counter."""
+    out: dict[tuple[str, str, int], int] = {}
+    for (key, ts), tokens in later.items():
+        day, month = windows(ts)
+        for w in ((key, DAY_WINDOW, day), (key, MONTH_WINDOW, month)):
+            out[w] = out.get(w, 0) + tokens
+    return out
+
+
 class RedisStore:
     def __init__(self, cfg: cfgmod.Usage, client) -> None:
         self.client = client  # the cluster registry's (strings in, strings out)
         self.retention_s = cfg.retention_days * DAY
         self.flush_s = cfg.flush_interval_s
         self.pending = Rollup()
-        self.unacked: dict[str, int] = {}  # budget counter -> tokens sent, not yet acknowledged
+        self.unacked: dict[str, int] = {}
+        self.later: dict[tuple[str, int], int] = {}  # (key, finished at) -> tokens, counted at the flush  # budget counter -> tokens sent, not yet acknowledged
         self._tasks: set[asyncio.Task] = set()
         self._flusher: asyncio.Task | None = None
         self._errors: tuple = (OSError, TimeoutError)
@@ -53,9 +68,12 @@ class RedisStore:
             pass
         self.written = 0
 
-    def put(self, e: Entry) -> None:
+    def put(self, e: Entry, budgeted: bool = False) -> None:
         self.pending.add(e)
-        if e.tokens:
+        if e.tokens and not budgeted:
+            k = (e.key, int(e.ts))
+            self.later[k] = self.later.get(k, 0) + e.tokens
+        if e.tokens and budgeted:  # the others' counts go with the next flush
             day, month = windows(e.ts)
             task = asyncio.get_running_loop().create_task(self._count(e.key, e.tokens, day, month))
             self._tasks.add(task)
@@ -87,7 +105,13 @@ class RedisStore:
     async def used_tokens(self, key: str, now: float) -> tuple[int, int]:
         day, month = windows(now)
         names = [_budget_key(key, DAY_WINDOW, day), _budget_key(key, MONTH_WINDOW, month)]
-        got = await self.client.mget(names)
+        try:
+            got = await self.client.mget(names)
+        except self._errors as err:
+            # a budget that cannot be read is not waived: the replica refuses new work without
+            # Redis anyway (its slots live there)
+            raise GatewayError("overloaded", f"the key's budget cannot be checked: Redis is unreachable ({err})",
+                               status=503, retry_after=2) from None
         return tuple(int(v or 0) + self.unacked.get(n, 0) for v, n in zip(got, names))  # type: ignore[return-value]
 
     async def _flush_soon(self) -> None:
@@ -96,7 +120,7 @@ class RedisStore:
 
     async def flush(self) -> None:
         rows = self.pending.take()
-        if not rows:
+        if not rows and not self.later:
             return
         now = time.time()
         pipe = self.client.pipeline(transaction=False)
@@ -113,6 +137,12 @@ class RedisStore:
                     pipe.hincrbyfloat(h, f"{name}|{tag}", float(v))
                 else:
                     pipe.hincrby(h, f"{name}|{tag}", int(v))
+        later = self.later
+        self.later = {}
+        for (key, window, wstart), tokens in _windowed(later).items():
+            name = _budget_key(key, window, wstart)
+            pipe.incrby(name, tokens)
+            pipe.expire(name, (2 if window == DAY_WINDOW else 32) * DAY)
         for start in hours:
             pipe.expireat(f"{PREFIX}h:{start}", int(start + HOUR + self.retention_s))
             pipe.zadd(_INDEX, {str(start): start})
@@ -122,6 +152,8 @@ class RedisStore:
             self.written += sum(int(v[0]) for v in rows.values())
         except self._errors as err:
             log.warning("usage ledger: cannot write %d rows to Redis (kept for the next try): %s", len(rows), err)
+            for k, tokens in later.items():
+                self.later[k] = self.later.get(k, 0) + tokens
             for dims, vals in rows.items():  # put back: the next flush tries again
                 old = self.pending.rows.get(dims)
                 if old is None:

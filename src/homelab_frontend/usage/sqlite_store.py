@@ -1,8 +1,8 @@
 """The ledger in one SQLite file (the default): hourly rows, written by one thread.
 
-The event loop only appends a finished request to a queue (`put`: no lock, no I/O). The writer
-thread owns the connection: it waits for the first entry, gathers whatever else arrives within
-`flush_interval_s`, and writes the lot as one transaction of upserts (per row, not per request).
+The event loop only appends a finished request to a queue (`put`: no I/O, no wake-up). The
+writer thread owns the connection: every `flush_interval_s` it takes whatever has queued and
+writes the lot as one transaction of upserts (per row, not per request).
 In WAL mode with `synchronous=NORMAL` a committed transaction survives the process being killed,
 so a crash loses at most the entries of the last interval. A query is queued behind the pending
 entries and runs on the same thread, so it sees every request that finished before it was asked.
@@ -93,6 +93,7 @@ class SqliteStore:
         self.flush_s = cfg.flush_interval_s
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
         self._db: sqlite3.Connection | None = None
         self._pruned_at = 0.0
         self.used: dict[tuple[str, str, int], int] = {}  # (key, window, its start) -> tokens
@@ -100,7 +101,7 @@ class SqliteStore:
 
     # -- on the event loop ----------------------------------------------------------------
 
-    def put(self, e: Entry) -> None:
+    def put(self, e: Entry, budgeted: bool = False) -> None:
         self._count(e.key, e.tokens, e.ts)
         if self._thread is None:
             self._start_thread()
@@ -141,6 +142,7 @@ class SqliteStore:
         if self._thread is None:
             return
         self._q.put(_STOP)
+        self._wake.set()
         await asyncio.to_thread(self._thread.join)
         self._thread = None
 
@@ -149,6 +151,7 @@ class SqliteStore:
             self._start_thread()
         fut: Future = Future()
         self._q.put((fn, fut))
+        self._wake.set()
         return asyncio.wrap_future(fut)
 
     # -- on the writer thread -------------------------------------------------------------
@@ -170,41 +173,25 @@ class SqliteStore:
     def _main(self) -> None:
         stop = False
         while not stop:
-            item = self._q.get()
+            # Woken by a query or the end, else once an interval: an entry never wakes the
+            # thread (a wake-up per request would hand the GIL back and forth per request).
+            self._wake.wait(self.flush_s)
+            self._wake.clear()
             batch = Rollup()
             jobs: list = []
             n = 0
-            deadline = time.monotonic() + self.flush_s
-            while True:
-                if item is _STOP:
-                    stop = True
-                elif isinstance(item, Entry):
-                    batch.add(item)
-                    n += 1
-                else:
-                    jobs.append(item)
-                if stop or jobs:
-                    # a query or the end: write what is pending now, without waiting out the interval
-                    try:
-                        while True:
-                            more = self._q.get_nowait()
-                            if more is _STOP:
-                                stop = True
-                            elif isinstance(more, Entry):
-                                batch.add(more)
-                                n += 1
-                            else:
-                                jobs.append(more)
-                    except queue.Empty:
-                        pass
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    item = self._q.get(timeout=left)
-                except queue.Empty:
-                    break
+            try:
+                while True:
+                    item = self._q.get_nowait()
+                    if item is _STOP:
+                        stop = True
+                    elif isinstance(item, Entry):
+                        batch.add(item)
+                        n += 1
+                    else:
+                        jobs.append(item)
+            except queue.Empty:
+                pass
             if n:
                 self._write(batch, n)
             for fn, fut in jobs:
