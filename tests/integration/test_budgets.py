@@ -130,6 +130,14 @@ def test_past_the_monthly_budget_retry_after_is_the_months_end(stub, tmp_path):
         assert status == 429
         assert abs(int(headers["retry-after"]) - (_next_month(now) - now)) <= 5  # not capped at a day
         assert "tokens_per_month" in json.loads(raw)["error"]["message"]
+        # a reload that raises the budget lets the key in again, its count kept
+        cfg = _config(stub, tmp_path)
+        cfg["auth"]["keys"][2]["budget"] = {"tokens_per_month": 100000}
+        g.write_config(cfg)
+        assert g.post("/admin/reload", headers={"authorization": "Bearer sk-adm"})[0] == 200
+        assert _chat(g, "sk-monthly", "[stub content=1] three")[0] == 200
+        status, doc = g.get("/admin/usage?key=monthly", {"authorization": "Bearer sk-adm"})
+        assert doc["budgets"][0]["tokens_per_month"] == 100000 and doc["budgets"][0]["used_this_month"] > 40
 
 
 @pytest.mark.skipif(not available(), reason="needs redis-server (.ci/deps/redis.sh)")

@@ -102,8 +102,10 @@ class Gateway:
         for name in list(self.backends):
             if name not in cfg.backends:
                 self._drop_if_idle(name)  # still-busy removed backends linger until idle
-        if hasattr(self, "cfg") and cfg.cluster != self.cfg.cluster:
-            log.warning("cluster: changes to the cluster section take effect at the next restart")
+        if hasattr(self, "cfg"):
+            for section in ("cluster", "usage", "tracing"):  # budgets (auth.keys) do apply now
+                if getattr(cfg, section) != getattr(self.cfg, section):
+                    log.warning("%s: changes to the %s section take effect at the next restart", section, section)
         self.cfg = cfg
         self.auth = auth
         if self.usage is not None:

@@ -100,8 +100,8 @@ class Tracer:
 
     def export(self, t, path: str = "") -> None:
         trace = t.trace
-        if trace is None or not trace.sampled:
-            return
+        if trace is None or not trace.sampled or not t.model:
+            return  # not a model call (a listing a client polls, a refused key): no trace worth keeping
         flags = self._TraceFlags(self._TraceFlags.SAMPLED)
         planned = plan_mod.plan(t, path=path)
         ctx = {p.span_id: self._SpanContext(trace.trace_id, p.span_id, is_remote=False, trace_flags=flags)
