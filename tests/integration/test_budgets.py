@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import calendar
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -188,6 +191,13 @@ def test_two_replicas_share_one_budget_and_a_burst_overshoots_by_the_admitted_on
         assert crossing <= ok <= crossing + workers - 1, (ok, cost, results)
         # the shared ledger and counts agree from either replica
         wait_for(lambda: _used(a, "team") == _used(b, "team") == ok * cost, 10)
+        # and `homelab-frontend usage` reads the same rows from Redis, no gateway asked
+        out = subprocess.run([sys.executable, "-m", "homelab_frontend", "usage", "--config", a.config_path, "--json"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr
+        (row,) = json.loads(out.stdout)["rows"]
+        assert row["key"] == "team" and row["requests"] == ok + results.count(429)
+        assert row["input_tokens"] + row["output_tokens"] == ok * cost
         # after the burst: either replica refuses at once, with the reset at UTC midnight
         for g in (a, b):
             status, headers, _ = _chat(g, "sk-team", "[stub content=1] again")

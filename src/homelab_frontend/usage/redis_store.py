@@ -75,16 +75,16 @@ class RedisStore:
             self.later[k] = self.later.get(k, 0) + e.tokens
         if e.tokens and budgeted:  # the others' counts go with the next flush
             day, month = windows(e.ts)
-            task = asyncio.get_running_loop().create_task(self._count(e.key, e.tokens, day, month))
+            names = (_budget_key(e.key, DAY_WINDOW, day), _budget_key(e.key, MONTH_WINDOW, month))
+            for n in names:  # counted here at once, before Redis has it
+                self.unacked[n] = self.unacked.get(n, 0) + e.tokens
+            task = asyncio.get_running_loop().create_task(self._count(e.key, e.tokens, names))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
-    async def _count(self, key: str, tokens: int, day: int, month: int) -> None:
-        names = (_budget_key(key, DAY_WINDOW, day), _budget_key(key, MONTH_WINDOW, month))
-        for n in names:
-            self.unacked[n] = self.unacked.get(n, 0) + tokens
+    async def _count(self, key: str, tokens: int, names: tuple[str, str]) -> None:
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.incrby(names[0], tokens)
