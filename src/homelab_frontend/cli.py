@@ -71,6 +71,8 @@ def _cmd_usage(args: argparse.Namespace) -> int:
         print(f"usage: cannot read the ledger: {err}", file=sys.stderr)
         return 1
     print(report.dumps(found) if args.json else report.table(found, args.by))
+    if not found and not args.json:
+        print(f"(nothing recorded{' in that range' if since or until else ''}: {report.where(cfg)})", file=sys.stderr)
     return 0
 
 

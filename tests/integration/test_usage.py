@@ -213,5 +213,6 @@ def test_the_ledger_survives_kill_9(stub, tmp_path):
         status, doc = again.get("/admin/usage")
         assert status == 200
         got = sum(r["requests"] for r in doc["rows"])
+        print(f"\nkill -9: {len(finished)} answered, {must_have} more than 1 s before the kill, {got} in the ledger after the restart")
         assert must_have <= got <= len(finished) + 3  # +3: answered while the kill landed
         assert must_have > 0

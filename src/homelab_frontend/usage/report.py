@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from .rollup import aggregate, totals
@@ -40,6 +41,13 @@ def rows(cfg: cfgmod.Config, since=None, until=None, key=None, model=None, by: s
             db.close()
     got = aggregate(stored, by or "hour")
     return got if by else totals(got)
+
+
+def where(cfg: cfgmod.Config) -> str:
+    if cfg.cluster is not None:
+        parts = urlsplit(cfg.cluster.redis_url)  # host and port only: a URL may carry a password
+        return f"the ledger in Redis at {parts.hostname or parts.path}:{parts.port or ''}"
+    return f"the ledger file {cfg.usage.path or default_path()}"
 
 
 def table(found: list[dict], by: str | None) -> str:
