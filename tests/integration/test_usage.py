@@ -159,7 +159,10 @@ def test_a_client_key_sees_only_its_own_rows(gw):
 
 
 def test_the_cli_prints_the_table_without_a_gateway(gw):
-    wait_for(lambda: usage_totals(gw, "alice").get("requests"), 10)
+    before = usage_totals(gw, "alice")
+    path, body = _body("openai", "[stub content=4] for the table", False)
+    assert post_raw(gw.url + path, body, _auth(ALICE))[0] == 200
+    _settled(gw, "alice", before)
     cmd = [sys.executable, "-m", "homelab_frontend", "usage", "--config", gw.config_path]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **ENV})
     assert out.returncode == 0, out.stderr
