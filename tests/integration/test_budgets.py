@@ -187,6 +187,8 @@ def test_two_replicas_share_one_budget_and_a_burst_overshoots_by_the_admitted_on
         ok = 1 + results.count(200)
         assert results.count(429) == workers  # every worker, on either replica, was refused in the end
         crossing = -(-budget // cost)  # the request that took the count past the budget
+        print(f"\nbudget {budget}, {cost} tokens a request: {ok} answered (the {crossing}th crossed it), "
+              f"{results.count(429)} refused")
         # the overshoot: only the requests admitted before the crossing one finished
         assert crossing <= ok <= crossing + workers - 1, (ok, cost, results)
         # the shared ledger and counts agree from either replica
