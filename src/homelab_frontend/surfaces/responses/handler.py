@@ -101,6 +101,8 @@ def _count(t: Tracked, enc: ResponsesStreamEncoder) -> None:
         t.tokens_in = enc.prompt_tokens
     if enc.output_tokens is not None:
         t.tokens_out = enc.output_tokens
+    if enc.cached_input_tokens is not None:
+        t.tokens_cached = enc.cached_input_tokens  # of tokens_in, as the other surfaces record it
 
 
 async def _whole_events(ex: Exchange, req: c.Request, t: Tracked) -> list[c.Event]:
