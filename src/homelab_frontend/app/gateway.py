@@ -115,12 +115,13 @@ class Gateway:
             self.start_probes()
 
     async def start(self) -> None:
-        """Before the port opens: Redis first (the shared state), then the ledger's counts."""
+        """Before the port opens. The ledger first: a file it cannot write stops the start
+        (ConfigError) before anything else is opened."""
+        if self.usage is not None:
+            await self.usage.start()
         self.start_probes()
         if self.cluster is not None:
             await self.cluster.start()  # first contact with Redis before the port opens
-        if self.usage is not None:
-            await self.usage.start()
 
     def reload(self) -> list[str]:
         """Re-read the config file. -> problems (empty when applied)."""

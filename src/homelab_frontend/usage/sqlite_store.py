@@ -8,7 +8,8 @@ so a crash loses at most the entries of the last interval. A query is queued beh
 entries and runs on the same thread, so it sees every request that finished before it was asked.
 
 The file lives beside the Responses store's (`$XDG_STATE_HOME` or `~/.local/state`, then
-`homelab-frontend/usage.sqlite3`), `usage.path` overrides; it is created at the first write.
+`homelab-frontend/usage.sqlite3`), `usage.path` overrides; its directory is made (and checked
+writable) at start, the file at the first write.
 Rows older than `retention_days` are deleted, checked once an hour. Budgets read counts kept in
 memory, summed from the file at start (so a restart keeps a key's day and month).
 """
@@ -119,7 +120,16 @@ class SqliteStore:
         return self.used.get((key, DAY_WINDOW, day), 0), self.used.get((key, MONTH_WINDOW, month), 0)
 
     async def start(self) -> None:
-        """The day's and month's counts per key, from the file (when there is one)."""
+        """The day's and month's counts per key, from the file (when there is one). A directory
+        the ledger cannot write to stops the start, with the reason, instead of every write
+        failing later."""
+        parent = Path(self.path).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise cfgmod.ConfigError([f"usage.path: cannot create {str(parent)!r}: {err.strerror}"]) from None
+        if not os.access(parent, os.W_OK) or (os.path.exists(self.path) and not os.access(self.path, os.W_OK)):
+            raise cfgmod.ConfigError([f"usage.path: {self.path!r} is not writable"])
         if not os.path.exists(self.path):
             return
         day, month = windows(time.time())

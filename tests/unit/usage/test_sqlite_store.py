@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from homelab_frontend import config as cfgmod
 from homelab_frontend.usage import Ledger
 from homelab_frontend.usage.record import Entry
@@ -88,4 +90,12 @@ def test_no_file_until_the_first_entry(tmp_path):
         await store.close()
 
     asyncio.run(main())
-    assert not (tmp_path / "sub").exists()
+    assert (tmp_path / "sub").is_dir() and not (tmp_path / "sub" / "u.sqlite3").exists()
+
+
+def test_a_ledger_that_cannot_be_written_stops_the_start(tmp_path):
+    (tmp_path / "afile").write_text("")
+    store = SqliteStore(cfgmod.Usage(path=str(tmp_path / "afile" / "u.sqlite3")))
+    with pytest.raises(cfgmod.ConfigError) as err:
+        asyncio.run(store.start())
+    assert err.value.problems[0].startswith("usage.path: cannot create")
