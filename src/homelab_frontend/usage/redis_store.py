@@ -55,8 +55,8 @@ class RedisStore:
         self.retention_s = cfg.retention_days * DAY
         self.flush_s = cfg.flush_interval_s
         self.pending = Rollup()
-        self.unacked: dict[str, int] = {}
-        self.later: dict[tuple[str, int], int] = {}  # (key, finished at) -> tokens, counted at the flush  # budget counter -> tokens sent, not yet acknowledged
+        self.unacked: dict[str, int] = {}  # budget counter -> tokens sent, not yet acknowledged
+        self.later: dict[tuple[str, int], int] = {}  # (key, finished at) -> tokens, counted at the flush
         self._tasks: set[asyncio.Task] = set()
         self._flusher: asyncio.Task | None = None
         self._errors: tuple = (OSError, TimeoutError)
@@ -78,13 +78,13 @@ class RedisStore:
             names = (_budget_key(e.key, DAY_WINDOW, day), _budget_key(e.key, MONTH_WINDOW, month))
             for n in names:  # counted here at once, before Redis has it
                 self.unacked[n] = self.unacked.get(n, 0) + e.tokens
-            task = asyncio.get_running_loop().create_task(self._count(e.key, e.tokens, names))
+            task = asyncio.get_running_loop().create_task(self._count(e.key, e.tokens, names, int(e.ts)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
-    async def _count(self, key: str, tokens: int, names: tuple[str, str]) -> None:
+    async def _count(self, key: str, tokens: int, names: tuple[str, str], ts: int) -> None:
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.incrby(names[0], tokens)
@@ -93,7 +93,9 @@ class RedisStore:
             pipe.expire(names[1], 32 * DAY)
             await pipe.execute()
         except self._errors as err:
-            log.warning("usage ledger: cannot count %d tokens of key %r in Redis: %s", tokens, key, err)
+            log.warning("usage ledger: cannot count %d tokens of key %r in Redis now (retried with the next "
+                        "flush): %s", tokens, key, err)
+            self.later[(key, ts)] = self.later.get((key, ts), 0) + tokens
         finally:
             for n in names:
                 left = self.unacked[n] - tokens
