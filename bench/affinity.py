@@ -124,7 +124,9 @@ def start_gateway(wd: str, stub_urls: list[str], affinity: bool, slots: int) -> 
     name = "gw-affinity" if affinity else "gw-leastloaded"
     path = os.path.join(wd, f"{name}.yaml")
     with open(path, "w") as f:
-        yaml.safe_dump(gateway_config(stub_urls, affinity, slots), f, sort_keys=False)
+        # the usage ledger in this run's directory, not the user's
+        yaml.safe_dump({**gateway_config(stub_urls, affinity, slots),
+                        "usage": {"path": os.path.join(wd, f"{name}-usage.sqlite3")}}, f, sort_keys=False)
     return Proc(name, [sys.executable, "-m", "homelab_frontend", "serve", "--config", path, "--port", "0"], wd)
 
 

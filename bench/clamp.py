@@ -31,7 +31,8 @@ PROMPT = "word " * 12_000 + "[stub reasoning=0 content=2]"
 def _gateway(wd: str, stub_url: str, name: str, kind: str) -> Proc:
     cfg = {"backends": {"stub": {"url": stub_url + "/v1", "kind": kind, "slots": 4}},
            "models": {"m": {"backend": "stub", "upstream_model": "m", "max_model_len": CTX}},
-           "access_log": os.path.join(wd, f"{name}-access.log")}
+           "access_log": os.path.join(wd, f"{name}-access.log"),
+           "usage": {"path": os.path.join(wd, f"{name}-usage.sqlite3")}}  # not the user's ledger
     path = os.path.join(wd, f"{name}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)

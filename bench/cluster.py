@@ -60,6 +60,7 @@ def _gateway(workdir: str, name: str, stub_url: str, cluster: dict | None) -> pr
         "backends": {"stub": {"url": stub_url + "/v1", "kind": "vllm", "slots": 64}},
         "models": {CLIENT_MODEL: {"backend": "stub", "upstream_model": UPSTREAM_MODEL}},
         "access_log": os.path.join(workdir, f"{name}-access.log"),
+        "usage": {"path": os.path.join(workdir, f"{name}-usage.sqlite3")},  # not the user's ledger
     }
     if cluster:
         cfg["cluster"] = cluster

@@ -133,6 +133,7 @@ def start_stack(wd: str, agent: bool = False) -> Stack:
         "anthropic": {"signing_key_env": "HLF_BENCH_SIGNING_KEY"},
         # stored Responses (previous_response_id) in this run's own directory, not the user's
         "responses": {"store": {"path": os.path.join(wd, "responses.sqlite3")}},
+        "usage": {"path": os.path.join(wd, "usage.sqlite3")},  # and so is the usage ledger
     }
     path = os.path.join(wd, "gateway.yaml")
     with open(path, "w") as f:

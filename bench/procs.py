@@ -93,13 +93,15 @@ def start_stub(workdir: str, model: str) -> Proc:
 
 
 def start_gateway(workdir: str, stub_url: str, model: str, upstream_model: str, slots: int,
-                  name: str = "gateway") -> Proc:
+                  name: str = "gateway", ledger: bool = True) -> Proc:
     cfg = {
         "backends": {"stub": {"url": stub_url + "/v1", "kind": "vllm", "slots": slots,
                               "queue": {"depth": 1024, "timeout_s": 60}}},
         "models": {model: {"backend": "stub", "upstream_model": upstream_model}},
         # the access log is part of the per-request cost: written, as in production, to a file
         "access_log": os.path.join(workdir, f"{name}-access.log"),
+        # so is the usage ledger (on by default): its SQLite file in the run's directory
+        "usage": {"enabled": ledger, "path": os.path.join(workdir, f"{name}-usage.sqlite3")},
     }
     path = os.path.join(workdir, f"{name}.yaml")
     with open(path, "w") as f:

@@ -99,7 +99,7 @@ class Bench:
     def start(self) -> None:
         self.stub = procs.start_stub(self.workdir, UPSTREAM_MODEL)
         gw = self.targets["gateway"] = procs.start_gateway(
-            self.workdir, self.stub.url, CLIENT_MODEL, UPSTREAM_MODEL, slots=1024)
+            self.workdir, self.stub.url, CLIENT_MODEL, UPSTREAM_MODEL, slots=1024, ledger=self.args.ledger == "on")
         time.sleep(0.3)  # let start-up work (imports, the first health probe) settle
         self.memory["gateway_start"] = gw.memory()
         if self.args.queue_check:
@@ -239,7 +239,7 @@ class Bench:
             "started": started.isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t_start, 1),
             "machine": machine(),
-            "settings": {"quick": self.args.quick, "reps": reps, "concurrency": list(self.args.concurrency),
+            "settings": {"quick": self.args.quick, "ledger": self.args.ledger, "reps": reps, "concurrency": list(self.args.concurrency),
                          "surfaces": list(self.surfaces), "prompt": PROMPT, "max_tokens": MAX_TOKENS,
                          "stub": "vllm flavour, zero token delay", "gateway_slots": 1024},
             "notes": self.notes,
@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="openai,anthropic,responses,ollama (default all)")
     p.add_argument("--no-queue-check", dest="queue_check", action="store_false",
                    help="skip the exactly-enough-slots comparison")
+    p.add_argument("--ledger", choices=("on", "off"), default="on",
+                   help="the gateway's usage ledger (default on, as in production): off measures its cost")
     p.add_argument("--out", help="JSON result file (default bench/results/bench-<time>.json)")
     args = p.parse_args(argv)
     bad = [c for c in args.concurrency if c not in (1, 16, 64)]

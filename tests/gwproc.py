@@ -40,6 +40,8 @@ class Gateway:
         config = {**config, "responses": {**config.get("responses", {})}}
         config["responses"]["store"] = {"path": os.path.join(self.dir, "responses.sqlite3"),
                                         **config["responses"].get("store", {})}
+        # and so does the usage ledger
+        config["usage"] = {"path": os.path.join(self.dir, "usage.sqlite3"), **config.get("usage", {})}
         with open(self.config_path, "w") as f:
             yaml.safe_dump(config, f, sort_keys=False)
 

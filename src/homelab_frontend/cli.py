@@ -1,4 +1,4 @@
-"""homelab-frontend serve | demo | stub | check"""
+"""homelab-frontend serve | demo | stub | check | usage"""
 
 from __future__ import annotations
 
@@ -54,6 +54,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve.run(cfg, args.config, host, port)
 
 
+def _cmd_usage(args: argparse.Namespace) -> int:
+    from .usage import report
+    from .usage.windows import parse_time
+
+    cfg = _load(args.config)
+    if cfg is None:
+        return 2
+    try:
+        since = parse_time(args.since) if args.since else None
+        until = parse_time(args.until) if args.until else None
+    except ValueError as err:
+        print(f"usage: {err}", file=sys.stderr)
+        return 2
+    try:
+        found = report.rows(cfg, since, until, args.key, args.model, args.by)
+    except Exception as err:  # an unreadable file, an unreachable Redis: one line, not a trace
+        print(f"usage: cannot read the ledger: {err}", file=sys.stderr)
+        return 1
+    print(report.dumps(found) if args.json else report.table(found, args.by))
+    if not found and not args.json:
+        print(f"(nothing recorded{' in that range' if since or until else ''}: {report.where(cfg)})", file=sys.stderr)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .app import demo
 
@@ -79,6 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate a config file and print the routing table")
     p.add_argument("--config", required=True)
     p.set_defaults(fn=_cmd_check)
+
+    p = sub.add_parser("usage", help="tokens per key and model, from the usage ledger (no gateway needed)")
+    p.add_argument("--config", required=True)
+    p.add_argument("--since", help="ISO 8601 or Unix seconds (default: everything kept)")
+    p.add_argument("--until")
+    p.add_argument("--key")
+    p.add_argument("--model")
+    p.add_argument("--by", choices=("hour", "day"), help="one row per UTC hour or day (default: totals)")
+    p.add_argument("--json", action="store_true", help="the rows as JSON")
+    p.set_defaults(fn=_cmd_usage)
 
     p = sub.add_parser("demo", help="the gateway in front of two stand-in backends")
     p.add_argument("--port", type=int, default=8080)

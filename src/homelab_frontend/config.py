@@ -101,6 +101,14 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
         return [self.backend] if self.backend else []
 
 
+class Budget(msgspec.Struct, forbid_unknown_fields=True):
+    """Tokens a key may use per UTC day / UTC calendar month: input + output, counted as each
+    request finishes (usage/budgets.py). Past it the key's new requests get a 429."""
+
+    tokens_per_day: int | None = None
+    tokens_per_month: int | None = None
+
+
 class AuthKey(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     key_env: str | None = None
@@ -108,6 +116,7 @@ class AuthKey(msgspec.Struct, forbid_unknown_fields=True):
     max_concurrent: int | None = None
     priority: int = 0  # higher goes first in a queue
     models: list[str] | None = None  # allowed client model names / globs; None: all
+    budget: Budget | None = None
 
 
 class Auth(msgspec.Struct, forbid_unknown_fields=True):
@@ -151,6 +160,26 @@ class Responses(msgspec.Struct, forbid_unknown_fields=True):
     store: ResponseStore = msgspec.field(default_factory=ResponseStore)
 
 
+class Usage(msgspec.Struct, forbid_unknown_fields=True):
+    """The usage ledger (usage/): per key x model x hour. SQLite by default, beside the
+    Responses store's file; with a `cluster:` section, in its Redis (shared by the replicas)."""
+
+    enabled: bool = True
+    path: str | None = None  # default: $XDG_STATE_HOME (or ~/.local/state)/homelab-frontend/usage.sqlite3
+    retention_days: int = 400  # hourly rows older than this are deleted
+    flush_interval_s: float = 0.5  # a crash loses at most this much (plus one write)
+
+
+class Tracing(msgspec.Struct, forbid_unknown_fields=True):
+    """OpenTelemetry traces over OTLP/HTTP (tracing/; `pip install homelab-frontend[otel]`).
+    Off unless `otlp_endpoint` is set; the standard OTEL_* variables apply on top."""
+
+    otlp_endpoint: str | None = None  # e.g. http://127.0.0.1:4318/v1/traces
+    sample: float = 1.0  # share of new traces kept (a client's sampled traceparent is always kept)
+    service_name: str = "homelab-frontend"
+    capture_content: bool = False  # the prompt's last user text as an attribute; off: no prompt text
+
+
 class Cluster(msgspec.Struct, forbid_unknown_fields=True):
     redis_url: str
     lease_s: float = 10.0
@@ -168,6 +197,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     anthropic: Anthropic = msgspec.field(default_factory=Anthropic)
     responses: Responses = msgspec.field(default_factory=Responses)
     cluster: Cluster | None = None
+    usage: Usage = msgspec.field(default_factory=Usage)
+    tracing: Tracing = msgspec.field(default_factory=Tracing)
     shutdown_grace_s: float = 30.0  # SIGTERM: how long in-flight requests may finish
     access_log: str | None = None  # a file path; default: stderr
 
@@ -322,11 +353,26 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         seen.add(k.name)
         if k.max_concurrent is not None and k.max_concurrent < 1:
             problems.append(f"auth.keys[{i}].max_concurrent: must be at least 1")
+        if k.budget is not None:
+            for field in ("tokens_per_day", "tokens_per_month"):
+                v = getattr(k.budget, field)
+                if v is not None and v < 1:
+                    problems.append(f"auth.keys[{i}].budget.{field}: must be at least 1, got {v}")
     if cfg.cluster is not None:
         if not cfg.cluster.redis_url.startswith(("redis://", "rediss://", "unix://")):
             problems.append(f"cluster.redis_url: {cfg.cluster.redis_url!r} is not a redis URL")
         if cfg.cluster.lease_s <= 0:
             problems.append("cluster.lease_s: must be more than 0")
+    if cfg.usage.retention_days < 32:
+        # a month's budget is summed from the ledger at start-up: it must hold the whole month
+        problems.append(f"usage.retention_days: must be at least 32, got {cfg.usage.retention_days}")
+    if not (0 < cfg.usage.flush_interval_s <= 10):
+        problems.append("usage.flush_interval_s: must be more than 0 and at most 10")
+    if cfg.tracing.otlp_endpoint is not None:
+        if urlsplit(cfg.tracing.otlp_endpoint).scheme not in ("http", "https"):
+            problems.append(f"tracing.otlp_endpoint: {cfg.tracing.otlp_endpoint!r} is not an http(s) URL")
+    if not (0 <= cfg.tracing.sample <= 1):
+        problems.append(f"tracing.sample: must be between 0 and 1, got {cfg.tracing.sample:g}")
     if cfg.responses.store.ttl_s <= 0:
         problems.append("responses.store.ttl_s: must be more than 0")
     if cfg.responses.store.max_bytes < 1:

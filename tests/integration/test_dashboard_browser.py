@@ -166,3 +166,58 @@ def test_dashboard_shows_backends_requests_and_cancels(browser, vllm_stub, ollam
                     if e["level"] == "SEVERE" and "status of 401" not in e["message"]]
         assert problems == []
         browser.save_screenshot(os.path.join(gw.dir, "dashboard.png"))
+
+
+def _usage_bars(driver) -> list[dict]:
+    return driver.execute_script("""
+        const out = [];
+        for (const svg of ["usage-keys", "usage-models"])
+          for (const r of document.querySelectorAll("#" + svg + " rect"))
+            out.push({chart: svg, group: r.dataset.group, start: Number(r.dataset.start), tokens: Number(r.dataset.tokens)});
+        return out;""")
+
+
+def test_dashboard_draws_usage_per_key_and_model_and_budget_use(browser, vllm_stub, ollama_stub, stubs):
+    keys = [{"name": "alice", "key_env": "HLF_DASH_ALICE", "budget": {"tokens_per_day": 100000}},
+            {"name": "bob", "key_env": "HLF_DASH_BOB"}]
+    cfg = standard_config(vllm_stub.base, ollama_stub.base, auth={"admin_key_env": "HLF_DASH_ADMIN", "keys": keys})
+    env = {"HLF_DASH_ADMIN": ADMIN_KEY, "HLF_DASH_ALICE": "sk-dash-alice", "HLF_DASH_BOB": "sk-dash-bob"}
+    with Gateway(cfg, env=env) as gw:
+        for key, model in (("sk-dash-alice", "reasoning"), ("sk-dash-alice", "qwen2.5:3b-instruct"),
+                           ("sk-dash-bob", "reasoning")):
+            status, _, _ = post_raw(gw.base + "/chat/completions", {
+                "model": model, "messages": [{"role": "user", "content": "[stub content=5] usage"}]},
+                {"authorization": f"Bearer {key}"})
+            assert status == 200
+        status, doc = gw.get("/admin/usage?by=hour", ADMIN)
+        want_key: dict[str, int] = {}
+        want_model: dict[str, int] = {}
+        for r in doc["rows"]:
+            want_key[r["key"]] = want_key.get(r["key"], 0) + r["input_tokens"] + r["output_tokens"]
+            want_model[r["model"]] = want_model.get(r["model"], 0) + r["input_tokens"] + r["output_tokens"]
+        assert set(want_key) == {"alice", "bob"}
+
+        browser.get(gw.url + "/")
+        browser.execute_script(f"sessionStorage.setItem('hlf-admin-key', {ADMIN_KEY!r})")
+        browser.refresh()
+        browser.get_log("browser")  # what the previous test's page said is not this one's
+        until(browser, lambda: css(browser, "#usage") and css(browser, "#usage")[0].is_displayed())
+        # the last day, by hour: a bar per key and per model, as tall as the ledger says
+        until(browser, lambda: len(_usage_bars(browser)) >= 4)
+        bars = _usage_bars(browser)
+        per_key = {g: sum(b["tokens"] for b in bars if b["chart"] == "usage-keys" and b["group"] == g) for g in want_key}
+        per_model = {g: sum(b["tokens"] for b in bars if b["chart"] == "usage-models" and b["group"] == g) for g in want_model}
+        assert per_key == want_key and per_model == want_model
+        assert all(b["start"] % 3600 == 0 for b in bars)
+        # the budget's use; bob has none
+        row = '#budgets tr[data-key="alice"]'
+        until(browser, lambda: text(browser, row) is not None)
+        assert f"{want_key['alice']} / 100000" in text(browser, row)
+        assert not css(browser, '#budgets tr[data-key="bob"]')
+        # the last week, by day
+        css(browser, '#usage button[data-range="week"]')[0].click()
+        until(browser, lambda: (bs := _usage_bars(browser)) and all(b["start"] % 86400 == 0 for b in bs))
+        assert sum(b["tokens"] for b in _usage_bars(browser) if b["chart"] == "usage-keys") == sum(want_key.values())
+        logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and gw.url in e["message"]
+                or e["source"] in ("javascript", "security")]
+        assert not logs, logs  # no CSP violation, no script error

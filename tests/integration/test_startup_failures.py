@@ -14,7 +14,8 @@ from gwproc import config_for
 
 def _config(tmp_path, **extra) -> str:
     cfg = config_for({"gpu0": "http://127.0.0.1:9/v1"}, {"m": {"backend": "gpu0"}},
-                     responses={"store": {"path": str(tmp_path / "responses.sqlite3")}}, **extra)
+                     responses={"store": {"path": str(tmp_path / "responses.sqlite3")}},
+                     **{"usage": {"path": str(tmp_path / "usage.sqlite3")}, **extra})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return str(path)
@@ -67,3 +68,11 @@ def test_invalid_config_is_one_line_naming_every_problem(tmp_path):
     line = _one_line(done.stderr)
     assert line.startswith("homelab-frontend: invalid config: "), line
     assert "backends.gpu0.slots" in line and "models.m.backend" in line, line
+
+
+def test_a_ledger_it_cannot_write_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "afile").write_text("")
+    done = _serve("--config", _config(tmp_path, usage={"path": str(tmp_path / "afile" / "usage.sqlite3")}), "--port", "0")
+    assert done.returncode == 2, done.stderr
+    line = _one_line(done.stderr)
+    assert line.startswith("homelab-frontend: invalid config: usage.path: cannot create"), line

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Awaitable, Callable, TypeVar
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 from aiohttp import web
 
@@ -27,13 +28,17 @@ from ..policy.routing import BackendState, Router
 from ..request.tracker import Tracked, Tracker
 from ..surfaces.responses.state import State as ResponsesState
 from ..surfaces.signature import ThinkingSigner
+from ..tracing import otel
 from ..upstream import backend_kind
 from ..upstream.client import UpstreamClient
+from ..usage import Ledger
 from .connguard import ConnectionGuard
 from .timing import server_timing
 
 log = logging.getLogger("homelab_frontend")
 T = TypeVar("T")
+TRACKED = "hlf_tracked"  # request[...]: the record, for what reads the body (capture_content)
+BODY_BYTES = "hlf_body_bytes"  # request[...]: the body's size (the ledger's estimate of an unreported prompt)
 OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 
@@ -61,6 +66,9 @@ class Gateway:
             from ..ops.cluster import attach  # imports redis: only when a cluster is configured
 
             self.cluster = attach(self, cfg.cluster)
+        # who used what (usage/): fed by observe(), budgets checked by hold()
+        self.usage = Ledger(cfg, self.cluster.client if self.cluster is not None else None) if cfg.usage.enabled else None
+        self.tracing = otel.start(cfg.tracing)  # None unless tracing.otlp_endpoint is configured
         self.draining = False  # SIGTERM received: new requests are refused, running ones finish
         self._probes: dict[str, asyncio.Task] = {}
         self._kicked: dict[str, asyncio.Task] = {}
@@ -97,13 +105,26 @@ class Gateway:
         for name in list(self.backends):
             if name not in cfg.backends:
                 self._drop_if_idle(name)  # still-busy removed backends linger until idle
-        if hasattr(self, "cfg") and cfg.cluster != self.cfg.cluster:
-            log.warning("cluster: changes to the cluster section take effect at the next restart")
+        if hasattr(self, "cfg"):
+            for section in ("cluster", "usage", "tracing"):  # budgets (auth.keys) do apply now
+                if getattr(cfg, section) != getattr(self.cfg, section):
+                    log.warning("%s: changes to the %s section take effect at the next restart", section, section)
         self.cfg = cfg
         self.auth = auth
+        if self.usage is not None:
+            self.usage.configure(cfg)
         self.router = Router(cfg, self.backends)
         if _loop_running():
             self.start_probes()
+
+    async def start(self) -> None:
+        """Before the port opens. The ledger first: a file it cannot write stops the start
+        (ConfigError) before anything else is opened."""
+        if self.usage is not None:
+            await self.usage.start()
+        self.start_probes()
+        if self.cluster is not None:
+            await self.cluster.start()  # first contact with Redis before the port opens
 
     def reload(self) -> list[str]:
         """Re-read the config file. -> problems (empty when applied)."""
@@ -173,7 +194,13 @@ class Gateway:
                 raise GatewayError("request_too_large", f"the body is larger than the limit of {limit} bytes "
                                    "(limits.max_body_bytes)")
             chunks.append(chunk)
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        request[BODY_BYTES] = size
+        if self.tracing is not None and self.tracing.capture:
+            t = request.get(TRACKED)
+            if t is not None:
+                self.tracing.remember_prompt(t, body)
+        return body
 
     async def parse(self, body: bytes, parse: Callable[[bytes], T]) -> T:
         """The limits check and the dialect's parse of a request body. A large body is handled
@@ -195,12 +222,25 @@ class Gateway:
         return h
 
     def hold(self, principal: Principal):
+        """Admission for a key: its token budget (429 past it), then its max_concurrent."""
+        if self.usage is not None and principal.name and self.usage.budgeted(principal.name):
+            return self._hold_budgeted(principal)
         return self.auth.hold(principal)
+
+    @asynccontextmanager
+    async def _hold_budgeted(self, principal: Principal) -> AsyncIterator[None]:
+        await self.usage.check(principal.name)  # type: ignore[union-attr]
+        async with self.auth.hold(principal):
+            yield
 
     def observe(self, t: Tracked, path: str) -> None:
         self.access_log.write(t, path)
         if self.metrics is not None:
             self.metrics.observe(t)
+        if self.usage is not None:
+            self.usage.record(t)
+        if t.trace is not None and self.tracing is not None:
+            self.tracing.export(t, path)
         if t.outcome == "error_upstream_unreachable" and t.backend is not None:
             self._kick_probe(t.backend)
 
@@ -305,6 +345,10 @@ class Gateway:
         for client in self.clients.values():
             await client.close()
         await self.responses.close()
+        if self.usage is not None:
+            await self.usage.close()  # the last entries, written (before Redis is let go)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
         if self.cluster is not None:
             await self.cluster.close()  # gives back any slot still held, then disconnects
 

@@ -23,7 +23,7 @@ from ..surfaces.anthropic import errors as anthropic_errors
 from ..surfaces.ollama import errors as ollama_errors
 from ..surfaces.openai import errors as openai_errors
 from ..surfaces.responses import errors as responses_errors
-from .gateway import GATEWAY, Gateway
+from .gateway import BODY_BYTES, GATEWAY, TRACKED, Gateway
 from .timing import server_timing
 
 log = logging.getLogger("homelab_frontend")
@@ -39,6 +39,10 @@ def surface(dialect: str, fn: Handler):
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]
         t = Tracked(new_request_id(), dialect, "", None, False)
+        if gw.tracing is not None:
+            t.trace = gw.tracing.begin(request.headers)
+            if gw.tracing.capture:
+                request[TRACKED] = t
         gw.tracker.add(t)
         try:
             if gw.draining:
@@ -68,6 +72,7 @@ def surface(dialect: str, fn: Handler):
             gw.tracker.remove(t)
             key = request.get("principal_key")
             t.key_name = key.name if key is not None else None
+            t.body_bytes = request.get(BODY_BYTES)
             gw.observe(t, request.path)
 
     return handler

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..errors import GatewayError
-from ..ops import admin, metrics
+from ..ops import admin, metrics, usage_api
 from ..request.tracker import Tracked
 from ..surfaces.anthropic import handler as anthropic_surface
 from ..surfaces.ollama import handler as ollama_surface
@@ -67,6 +67,7 @@ def build_app(gw: Gateway) -> web.Application:
         r.add_post(f"{v1}/messages", surface("anthropic", anthropic_surface.messages), **x)
         r.add_post(f"{v1}/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
         r.add_post(f"{v1}/responses", surface("responses", responses_surface.create), **x)
+        r.add_get(f"{v1}/usage", usage_api.own_usage)
         r.add_get(f"{v1}/responses/{{id}}", surface("responses", responses_surface.retrieve), **x)
         r.add_delete(f"{v1}/responses/{{id}}", surface("responses", responses_surface.delete), **x)
         r.add_route("*", f"{v1}/responses/{{tail:.*}}", _unknown("responses"), **x)
@@ -95,12 +96,11 @@ def build_app(gw: Gateway) -> web.Application:
     r.add_get("/readyz", readyz)
     r.add_get("/", root)  # aiohttp answers HEAD for GET routes
     admin.add_routes(app, gw)
+    usage_api.add_routes(app)
     metrics.add_routes(app, gw)
 
     async def on_startup(app: web.Application) -> None:
-        gw.start_probes()
-        if gw.cluster is not None:
-            await gw.cluster.start()  # first contact with Redis before the port opens
+        await gw.start()
 
     async def on_cleanup(app: web.Application) -> None:
         await gw.close()

@@ -38,7 +38,11 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                            max_field_size=limits.parser_field_cap(cfg.limits),
                            keepalive_timeout=cfg.connections.keepalive_timeout_s)
-    await runner.setup()
+    try:
+        await runner.setup()  # runs Gateway.start: the ledger may refuse its file
+    except cfgmod.ConfigError:
+        await gw.close()  # the probes and sessions the constructor opened
+        raise
     # every client connection's protocol goes through the guard (app/connguard.py)
     runner._server = GuardedServer(runner._server, gw.connguard)
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)

@@ -24,6 +24,7 @@ class OpsGateway(Protocol):
     metrics: Metrics
     cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
     draining: bool
+    usage: Any  # usage.Ledger, or None with usage.enabled: false
 
     def reload(self) -> list[str]: ...
 

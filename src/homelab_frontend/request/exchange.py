@@ -99,6 +99,7 @@ class Exchange:
         self.backend = backend
         self.t.backend = backend.name
         waited = self.t.queue_wait or 0.0  # a failover's second wait adds to the first
+        self.t.upstream_model = self.route.upstream_model
         t0 = time.monotonic()
         try:
             await backend.pool.acquire(self.principal.name, self.principal.priority)
@@ -144,7 +145,9 @@ class Exchange:
         self._opened = True
         t0 = time.monotonic()
         try:
-            self.resp = await client.post(path, body)
+            trace = self.t.trace
+            self.resp = await (client.post(path, body) if trace is None
+                               else client.post(path, body, headers=trace.upstream_headers()))
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
             if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
@@ -215,6 +218,7 @@ class Exchange:
         if self._held_since is not None and self.backend is not None:
             held = time.monotonic() - self._held_since
             self._held_since = None
+            self.t.slot_seconds += held
             self.backend.pool.release(held)
 
     def own_cancel(self) -> GatewayError | None:

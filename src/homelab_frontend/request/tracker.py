@@ -30,6 +30,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
+        "slot_seconds", "upstream_model", "body_bytes", "trace",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -60,6 +61,11 @@ class Tracked:
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
         # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None
+        # for the usage ledger (usage/record.py) and traces (tracing/)
+        self.slot_seconds = 0.0  # seconds a backend slot was held (summed, should it take several)
+        self.upstream_model: str | None = None  # the name the backend was asked for
+        self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
+        self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""

@@ -191,12 +191,15 @@ class UpstreamClient:
         return UpstreamFailure("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})",
                                cause=cause)
 
-    async def post(self, path: str, body: bytes, root: bool = False) -> aiohttp.ClientResponse:
+    async def post(self, path: str, body: bytes, root: bool = False,
+                   headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         """POST and return the response once its headers are in; a non-2xx status is raised as
-        GatewayError("upstream_error") with the upstream's own message and status."""
+        GatewayError("upstream_error") with the upstream's own message and status. `headers`:
+        per-request extras (a trace's `traceparent`)."""
         url = (self.root if root else self.base) + path
         try:
-            resp = await self._request("POST", url, data=body)
+            resp = await (self._request("POST", url, data=body) if headers is None
+                          else self._request("POST", url, data=body, headers=headers))
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
             raise self._unreachable(err) from None
         if resp.status >= 300:

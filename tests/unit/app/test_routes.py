@@ -26,6 +26,7 @@ def run_with_gateway(tmp_path, body):
                 "models": {"m": {"backend": "gpu0", "upstream_model": "up-m"}},
                 "access_log": str(tmp_path / "access.log"),
                 "responses": {"store": {"path": str(tmp_path / "responses.sqlite3")}},
+                "usage": {"path": str(tmp_path / "usage.sqlite3")},
             })
             runner = web.AppRunner(build_app(Gateway(cfg)), handler_cancellation=True, access_log=None)
             await runner.setup()

@@ -1,0 +1,99 @@
+"""Usage rows: per hour x key x model (x upstream model, backend, dialect), and their sums for a
+query (`by=hour|day`, per key x model). Pure: both stores write what `Rollup` gathers and
+answer with `aggregate` over the rows they read.
+
+A row's hour is the UTC hour its requests *finished* in, as a budget counts them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .record import Entry
+from .windows import bucket_start, hour_start, iso
+
+# the counted figures, in storage order
+INT_METRICS = ("requests", "ok", "cancelled", "failed", "refused", "input_tokens", "cached_tokens",
+               "output_tokens", "estimated_input", "estimated_output")
+FLOAT_METRICS = ("slot_seconds", "queue_seconds", "load_seconds")
+METRICS = INT_METRICS + FLOAT_METRICS
+DIMS = ("start", "key", "model", "upstream", "backend", "dialect")
+
+Dims = tuple[int, str, str, str, str, str]
+
+
+def outcome_class(outcome: str) -> str:
+    if outcome == "ok":
+        return "ok"
+    if outcome.startswith("cancelled_"):
+        return "cancelled"
+    if outcome.startswith("rejected_"):
+        return "refused"
+    return "failed"
+
+
+def figures(e: Entry) -> list[float]:
+    cls = outcome_class(e.outcome)
+    return [1, cls == "ok", cls == "cancelled", cls == "failed", cls == "refused",
+            e.input_tokens, e.cached_tokens, e.output_tokens, not e.input_exact, not e.output_exact,
+            e.slot_seconds, e.queue_seconds, e.load_seconds]
+
+
+class Rollup:
+    """Entries summed per row, between two writes."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self) -> None:
+        self.rows: dict[Dims, list[float]] = {}
+
+    def add(self, e: Entry) -> None:
+        dims = (hour_start(e.ts), e.key, e.model, e.upstream, e.backend, e.dialect)
+        row = self.rows.get(dims)
+        got = figures(e)
+        if row is None:
+            self.rows[dims] = got
+        else:
+            for i, v in enumerate(got):
+                row[i] += v
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self) -> dict[Dims, list[float]]:
+        rows, self.rows = self.rows, {}
+        return rows
+
+
+def aggregate(rows: Iterable[tuple[Dims, list[float]]], by: str = "hour") -> list[dict]:
+    """Stored rows -> the API's rows: per key x model x bucket (UTC hour or day), oldest first."""
+    sums: dict[tuple[int, str, str], list[float]] = {}
+    for dims, vals in rows:
+        k = (bucket_start(dims[0], by), dims[1], dims[2])
+        acc = sums.get(k)
+        if acc is None:
+            sums[k] = list(vals)
+        else:
+            for i, v in enumerate(vals):
+                acc[i] += v
+    out = []
+    for (start, key, model), vals in sorted(sums.items()):
+        row: dict = {"key": key, "model": model, "start": iso(start), "start_unix": start}
+        for name, v in zip(METRICS, vals):
+            row[name] = int(v) if name in INT_METRICS else round(v, 3)
+        out.append(row)
+    return out
+
+
+def totals(rows: list[dict], by: tuple[str, ...] = ("key", "model")) -> list[dict]:
+    """API rows summed over time, per `by` (the CLI's table, the dashboard's legend)."""
+    sums: dict[tuple, dict] = {}
+    for r in rows:
+        k = tuple(r[f] for f in by)
+        acc = sums.setdefault(k, {**{f: r[f] for f in by}, **{m: 0 for m in METRICS}})
+        for m in METRICS:
+            acc[m] += r[m]
+    for acc in sums.values():
+        for m in FLOAT_METRICS:
+            acc[m] = round(acc[m], 3)
+    return [sums[k] for k in sorted(sums)]

@@ -1,0 +1,85 @@
+"""W3C traceparent (tracing/traceparent.py) and the span plan of a finished request
+(tracing/spans.py): pure."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, strategies as st
+
+from homelab_frontend.tracing import spans, traceparent
+
+GOOD = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_parse_a_valid_header():
+    assert traceparent.parse(GOOD) == (0x4bf92f3577b34da6a3ce929d0e0e4736, 0x00f067aa0ba902b7, True)
+    assert traceparent.parse(GOOD[:-2] + "00")[2] is False
+    assert traceparent.parse(" " + GOOD.upper() + " ") is not None
+
+
+@pytest.mark.parametrize("bad", [
+    None, "", "garbage", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+    "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+    "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01", GOOD + "-extra",
+])
+def test_an_invalid_header_starts_a_new_trace(bad):
+    assert traceparent.parse(bad) is None
+
+
+@given(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1), st.booleans())
+def test_format_and_parse_round_trip(trace_id, span_id, sampled):
+    assert traceparent.parse(traceparent.format(trace_id, span_id, sampled)) == (trace_id, span_id, sampled)
+
+
+def test_the_upstream_gets_the_upstream_spans_id_and_the_clients_tracestate():
+    rt = traceparent.RequestTrace(7, 9, True, "vendor=x")
+    h = rt.upstream_headers()
+    assert traceparent.parse(h["traceparent"]) == (7, rt.upstream_id, True) and h["tracestate"] == "vendor=x"
+    assert len({rt.span_id, rt.upstream_id}) == 2
+
+
+def _record(**kw):
+    trace = traceparent.RequestTrace(1, 5, True)
+    base = dict(trace=trace, started=100.0, started_wall=1000.0, model="m", upstream_model="up", id="req_1",
+                dialect="openai", outcome="ok", stream=True, status=200, key_name="k", backend="b",
+                tokens_in=20, tokens_out=7, tokens_cached=None, slot_seconds=2.0, queue_wait=0.5, ttft=1.2)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_a_streamed_request_plans_root_queue_upstream_first_token():
+    t = _record()
+    got = {p.name: p for p in spans.plan(t, now_mono=103.0)}
+    root, queue, up, first = got["chat m"], got["queue"], got["upstream"], got["first token"]
+    assert (root.start, root.end, root.parent_id) == (1000.0, 1003.0, 5)
+    assert (queue.start, queue.end) == (1000.5, 1001.0)  # admitted 2 s before the end, after 0.5 s
+    assert (up.span_id, up.parent_id, up.start, up.end) == (t.trace.upstream_id, t.trace.span_id, 1001.0, 1003.0)
+    assert (first.parent_id, first.start, first.end) == (up.span_id, 1001.0, 1001.2)
+    assert root.attributes["gen_ai.usage.input_tokens"] == 20 and "homelab.usage.estimated" not in root.attributes
+    assert len({p.span_id for p in got.values()}) == 4
+
+
+def test_a_load_wait_sits_between_the_queue_and_the_upstream_call():
+    got = {p.name: p for p in spans.plan(_record(load_wait=0.75), now_mono=103.0)}
+    assert (got["load wait"].start, got["load wait"].end) == (1001.0, 1001.75)
+    assert got["upstream"].start == 1001.75
+
+
+def test_a_request_refused_before_admission_is_the_one_span():
+    got = spans.plan(_record(slot_seconds=0.0, queue_wait=None, outcome="rejected_rate_limit", tokens_in=None,
+                             tokens_out=0, ttft=None), now_mono=100.01)
+    assert [p.name for p in got] == ["chat m"] and got[0].attributes["error.type"] == "rejected_rate_limit"
+
+
+@given(st.floats(0, 50), st.floats(0, 50), st.floats(0, 50), st.floats(0, 100))
+def test_children_never_leave_their_parent(queue, slot, ttft, total):
+    t = _record(queue_wait=queue, slot_seconds=slot, ttft=ttft)
+    planned = spans.plan(t, now_mono=100.0 + total)
+    by_id = {p.span_id: p for p in planned}
+    for p in planned:
+        assert p.start <= p.end
+        parent = by_id.get(p.parent_id)
+        if parent is not None:
+            assert parent.start <= p.start and p.end <= parent.end + 1e-9

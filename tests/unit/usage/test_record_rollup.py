@@ -1,0 +1,77 @@
+"""A finished request read off its record (usage/record.py) and summed into rows
+(usage/rollup.py): pure."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given, strategies as st
+
+from homelab_frontend.usage.record import entry_of
+from homelab_frontend.usage.rollup import METRICS, Rollup, aggregate, totals
+
+T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
+
+
+def _rec(**kw):
+    base = dict(key_name="alice", model="m", upstream_model="up", backend="b", dialect="openai",
+                tokens_in=None, tokens_out=0, tokens_cached=None, slot_seconds=0.0, queue_wait=None,
+                outcome="ok", body_bytes=400, upstream_headers=None)
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_reported_usage_is_exact():
+    e = entry_of(_rec(tokens_in=30, tokens_out=7, tokens_cached=16, slot_seconds=0.5, queue_wait=0.1,
+                      upstream_headers=0.01), T0)
+    assert (e.input_tokens, e.cached_tokens, e.output_tokens, e.input_exact, e.output_exact) == (30, 16, 7, True, True)
+    assert e.tokens == 37 and e.slot_seconds == 0.5 and e.queue_seconds == 0.1
+
+
+def test_a_cut_stream_without_usage_is_estimated():
+    e = entry_of(_rec(tokens_out=12, slot_seconds=1.0, upstream_headers=0.01, outcome="cancelled_streaming"), T0)
+    assert (e.input_tokens, e.output_tokens, e.input_exact, e.output_exact) == (100, 12, False, False)
+
+
+def test_nothing_ran_nothing_counted():
+    queued = entry_of(_rec(outcome="cancelled_queued", queue_wait=2.0), T0)
+    assert (queued.input_tokens, queued.output_tokens, queued.input_exact) == (0, 0, True)
+    refused_upstream = entry_of(_rec(outcome="error_upstream_error", slot_seconds=0.01), T0)
+    assert refused_upstream.tokens == 0
+    budget = entry_of(_rec(upstream_model=None, outcome="rejected_rate_limit"), T0)
+    assert budget is not None and budget.tokens == 0 and budget.upstream == ""
+
+
+def test_what_generates_nothing_is_not_a_row():
+    assert entry_of(_rec(model=""), T0) is None  # a model listing, a 401
+    assert entry_of(_rec(upstream_model=None, tokens_in=12), T0) is None  # count_tokens, a stored response read
+
+
+def test_a_load_wait_is_read_when_the_record_has_one():
+    assert entry_of(_rec(load_wait=3.5), T0).load_seconds == 3.5
+
+
+_entries = st.lists(st.tuples(
+    st.floats(0, 3 * 86400), st.sampled_from(["alice", "bob", ""]), st.sampled_from(["m1", "m2"]),
+    st.sampled_from(["ok", "cancelled_streaming", "error_timeout", "rejected_rate_limit"]),
+    st.integers(0, 5000), st.integers(0, 5000), st.floats(0, 10)), max_size=60)
+
+
+@given(_entries, st.sampled_from(["hour", "day"]))
+def test_rows_sum_to_the_entries_whatever_the_grouping(raw, by):
+    roll = Rollup()
+    entries = []
+    for dt, key, model, outcome, tin, tout, slot in raw:
+        e = entry_of(_rec(key_name=key, model=model, outcome=outcome, tokens_in=tin, tokens_out=tout,
+                          slot_seconds=slot, upstream_headers=0.0), T0 + dt)
+        entries.append(e)
+        roll.add(e)
+    rows = aggregate(roll.take().items(), by)
+    assert sum(r["requests"] for r in rows) == len(entries)
+    assert sum(r["input_tokens"] for r in rows) == sum(e.input_tokens for e in entries)
+    assert sum(r["output_tokens"] for r in rows) == sum(e.output_tokens for e in entries)
+    assert all(r["ok"] + r["cancelled"] + r["failed"] + r["refused"] == r["requests"] for r in rows)
+    step = 86400 if by == "day" else 3600
+    assert all(r["start_unix"] % step == 0 for r in rows)
+    assert len({(r["key"], r["model"], r["start"]) for r in rows}) == len(rows)
+    per = totals(rows)
+    assert sum(t["requests"] for t in per) == len(entries) and all(set(METRICS) <= t.keys() for t in per)
