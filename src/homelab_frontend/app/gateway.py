@@ -18,6 +18,7 @@ from aiohttp import web
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
 from ..errors import GatewayError
+from ..lifecycle.fleet import Fleet
 from ..ops import health
 from ..ops.accesslog import AccessLog
 from ..ops.metrics import Metrics
@@ -65,6 +66,9 @@ class Gateway:
         self._probes: dict[str, asyncio.Task] = {}
         self._kicked: dict[str, asyncio.Task] = {}
         self._retiring: set[asyncio.Task] = set()
+        # managed backends (`run:`): their processes, and the gate each one's pool is wrapped in
+        self.fleet = Fleet(self._record_for)
+        self.fleet.on_ready = self._kick_probe
         self.apply(cfg)
         self.responses = responses_surface.State(self)  # reasoning sealer and the response store
 
@@ -75,6 +79,7 @@ class Gateway:
         flight keep the route they resolved; new requests see the new table."""
         auth = Auth(cfg.auth)  # raises ConfigError before anything changes
         auth.inherit(getattr(self, "auth", None))
+        self.fleet.configure(cfg)
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
             if state is None:
@@ -83,6 +88,7 @@ class Gateway:
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
+            state.pool = self.fleet.wrap(name, Fleet.unwrap(state.pool))
             state.auto_kind = b.kind is None
             old = self.clients.get(name)
             if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
@@ -101,6 +107,7 @@ class Gateway:
         self.router = Router(cfg, self.backends)
         if _loop_running():
             self.start_probes()
+            self.fleet.start()
 
     def reload(self) -> list[str]:
         """Re-read the config file. -> problems (empty when applied)."""
@@ -228,10 +235,25 @@ class Gateway:
                     return
                 await asyncio.sleep(0.5)
                 continue
+            if self.fleet.managed(name) and not self.fleet.ready(name):
+                # not running by design: a request starts it (the fleet says when it fails)
+                self.backends[name].up, self.backends[name].last_error = True, None
+                await asyncio.sleep(0.5)
+                continue
             await self.probe(name)
             await asyncio.sleep(self.backends[name].cfg.health_interval_s if name in self.backends else 1)
 
+    def _record_for(self, task: asyncio.Task | None) -> Tracked | None:
+        """The request record a task serves (the gate shows its phase: queued or loading)."""
+        if task is None:
+            return None
+        for t in self.tracker:
+            if t.task is task:
+                return t
+        return None
+
     async def close(self) -> None:
+        await self.fleet.close()  # every managed server stopped (SIGTERM, then SIGKILL)
         for task in [*self._probes.values(), *self._kicked.values()]:
             task.cancel()
         retiring = list(self._retiring)

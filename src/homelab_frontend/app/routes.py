@@ -80,6 +80,7 @@ def build_app(gw: Gateway) -> web.Application:
 
     async def on_startup(app: web.Application) -> None:
         gw.start_probes()
+        gw.fleet.start()  # managed backends: preloads start now, the rest on their first request
         if gw.cluster is not None:
             await gw.cluster.start()  # first contact with Redis before the port opens
 
