@@ -268,15 +268,19 @@ class Fleet:
                 del self.units[name]
                 if u.pool is not None:
                     u.pool.fail_all(GatewayError("backend_down", f"backend {name!r} was removed from the config"))
+        self._grant()  # what may be admitted is, first: a unit just ready serves before it is judged
         now = time.monotonic()
         views = [u.view() for u in self.units.values()]
         plan = policy.decide(views, self.resources, now, policy=self.policy, swap_after_s=self.swap_after_s)
         for a in plan.actions:
             self._perform(a)
+        self._grant()
+        return plan.wake_at
+
+    def _grant(self) -> None:
         for u in self.units.values():
             if u.pool is not None:
                 u.pool.grant()
-        return plan.wake_at
 
     def _perform(self, a: policy.Action) -> None:
         u = self.units[a.name]
