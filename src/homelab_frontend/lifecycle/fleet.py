@@ -82,7 +82,7 @@ class Managed:
             oldest = self.wanted_at if oldest is None else min(oldest, self.wanted_at)
         return policy.Unit(
             name=self.name, state=self.state, uses=self.run.uses,
-            held=pool.in_use if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
+            held=pool.busy() if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
             last_used=self.last_used, idle_ttl_s=self.run.idle_ttl_s, retry_at=self.retry_at,
             wanted=self.wanted_at is not None, evict=self.evict,
         )
@@ -298,7 +298,7 @@ class Fleet:
             if u.state is State.DRAINING:
                 u.set(State.READY)
         elif isinstance(a, policy.Stop):
-            if u.busy is not None or (u.pool is not None and u.pool.in_use):
+            if u.busy is not None or (u.pool is not None and u.pool.busy()):
                 return
             if a.reason == "evict":
                 self.swaps[u.name] += 1

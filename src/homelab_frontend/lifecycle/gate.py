@@ -112,6 +112,11 @@ class ManagedPool:
     def waiting(self) -> int:
         return len(self._gate)
 
+    def busy(self) -> int:
+        """Slots held, counting the waiters granted a moment ago and still on their way into the
+        inner pool: the backend must not be stopped under them either."""
+        return self.inner.in_use + self._granting
+
     # -- admission ----------------------------------------------------------------------------
 
     def _room(self) -> bool:
