@@ -322,7 +322,10 @@ class Fleet:
                 outcome, err = await self._spawn(u)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # an OSError from exec (no such file), a probe bug: said, not raised
+        except OSError as exc:  # exec failed: said as a shell would (127: not found, 126: not runnable)
+            u.last_exit = 127 if isinstance(exc, FileNotFoundError) else 126
+            outcome, err = "exit", f"cannot run {u.run.argv()[0]!r}: {exc.strerror} ({describe_status(u.last_exit)})"
+        except Exception as exc:  # a bug of ours: said, not raised
             outcome, err = "error", f"cannot start: {exc}"
         finally:
             u.busy = None
