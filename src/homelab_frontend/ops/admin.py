@@ -29,6 +29,11 @@ def snapshot(gw: OpsGateway) -> dict:
             # the backend runs more than we hold: a leaked generation, or another client
             "slot_mismatch": (b.upstream_running - b.pool.in_use) if b.upstream_running is not None else None,
         }
+        unit = gw.fleet.units.get(name) if gw.fleet.managed(name) else None
+        if unit is not None:  # managed (run:): its lifecycle, for the dashboard's state and buttons
+            u = unit.as_dict()
+            backends[name]["lifecycle"] = {k: u[k] for k in ("state", "since", "pid", "last_exit", "last_start_s",
+                                                             "error", "waiting")}
         if hasattr(b.pool, "holders"):  # shared through Redis: in_use counts every replica
             backends[name]["held_here"] = b.pool.held
             backends[name]["replicas"] = {r: n for r, n in sorted(b.pool.holders.items()) if n}
