@@ -227,6 +227,9 @@ class Gateway:
         client = self.clients.get(name)
         if state is not None and client is not None:
             await health.probe(state, client)
+            if self.fleet.managed(name) and not self.fleet.ready(name):
+                # stopped (or stopping) by design while the probe ran: a request starts it again
+                state.up, state.last_error = True, None
 
     async def _probe_loop(self, name: str) -> None:
         while name in self.backends:
