@@ -248,7 +248,11 @@ class Fleet:
     async def _run(self) -> None:
         while not self._closing:
             self._kick.clear()
-            wake_at = self.step()
+            try:
+                wake_at = self.step()
+            except Exception:  # a bug must not silently end every managed backend's life cycle
+                log.exception("lifecycle: a round failed; trying again in a second")
+                wake_at = time.monotonic() + 1.0
             timeout = None if wake_at is None else max(0.0, wake_at - time.monotonic()) + 0.01
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout)
@@ -443,9 +447,10 @@ class Fleet:
         """Stop every child (one SIGTERM each, SIGKILL after its stop timeout), concurrently."""
         self._closing = True
         self._kick.set()
+        busy = [u.busy for u in self.units.values() if u.busy is not None]
         if self._loop_task is not None:
             self._loop_task.cancel()
-        busy = [u.busy for u in self.units.values() if u.busy is not None]
+            busy.append(self._loop_task)
         for task in busy:
             task.cancel()
         await asyncio.gather(*busy, return_exceptions=True)
