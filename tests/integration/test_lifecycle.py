@@ -260,3 +260,27 @@ def test_reload_restarts_a_changed_backend_once_idle_and_stops_a_removed_one():
         assert chat(gw, "ma")[0] == 200  # started again with the new command
         view = backends(gw)
         assert view["a"]["pid"] not in (None, pa) and "b" not in view
+
+
+def test_a_streaming_anthropic_client_gets_no_headers_while_its_backend_loads():
+    import socket
+
+    from rawhttp import _request_bytes
+    cfg = config_for({"a": stub_backend("vllm", "--start-delay-s", "2")}, {"m": {"backend": "a"}},
+                     resources={"gpu": 1})
+    with Gateway(cfg) as gw:
+        addr, req = _request_bytes(gw.base + "/messages", {
+            "model": "m", "stream": True, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]})
+        with socket.create_connection(addr, timeout=30) as s:
+            s.sendall(req)
+            wait_for(lambda: [r["phase"] for r in gw.admin()["requests"]] == ["loading"], 10)
+            s.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                s.recv(1)  # nothing yet, not even a status line: a refusal could still be a 529
+            s.settimeout(30)
+            got = b""
+            while b"message_stop" not in got:
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200")

@@ -100,6 +100,9 @@ class Gateway:
         for name in list(self.backends):
             if name not in cfg.backends:
                 self._drop_if_idle(name)  # still-busy removed backends linger until idle
+        if cfg.cluster is not None and any(b.run for b in cfg.backends.values()):
+            log.warning("cluster: managed backends (run:) are not coordinated between replicas yet: "
+                        "give them to one replica only, or each replica would start its own server")
         if hasattr(self, "cfg") and cfg.cluster != self.cfg.cluster:
             log.warning("cluster: changes to the cluster section take effect at the next restart")
         self.cfg = cfg
