@@ -259,9 +259,9 @@ class Gateway:
         return None
 
     async def close(self) -> None:
-        await self.fleet.close()  # every managed server stopped (SIGTERM, then SIGKILL)
         for task in [*self._probes.values(), *self._kicked.values()]:
             task.cancel()
+        await self.fleet.close()  # every managed server stopped (SIGTERM, then SIGKILL)
         retiring = list(self._retiring)
         for task in retiring:
             task.cancel()  # its `finally` closes the old client
