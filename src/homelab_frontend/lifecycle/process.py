@@ -98,7 +98,7 @@ class Child:
         self.exited: asyncio.Future[int] = loop.create_future()
         self._transport = None
         self._pipe = os.fdopen(read_fd, "rb", buffering=0)
-        loop.create_task(self._connect(loop))
+        self._reader = loop.create_task(self._connect(loop))  # kept: a task only weakly held may vanish
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(self.pid)
