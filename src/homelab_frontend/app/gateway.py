@@ -69,6 +69,10 @@ class Gateway:
         # managed backends (`run:`): their processes, and the gate each one's pool is wrapped in
         self.fleet = Fleet(self._record_for)
         self.fleet.on_ready = self._kick_probe
+        if self.cluster is not None:  # only the replica holding the lifecycle lease runs servers
+            from ..lifecycle.cluster import Coordinator
+
+            self.fleet.coord = Coordinator(self.cluster.client, self.cluster.replica, self.cluster.lease_s)
         self.apply(cfg)
         self.responses = responses_surface.State(self)  # reasoning sealer and the response store
 
@@ -100,9 +104,6 @@ class Gateway:
         for name in list(self.backends):
             if name not in cfg.backends:
                 self._drop_if_idle(name)  # still-busy removed backends linger until idle
-        if cfg.cluster is not None and any(b.run for b in cfg.backends.values()):
-            log.warning("cluster: managed backends (run:) are not coordinated between replicas yet: "
-                        "give them to one replica only, or each replica would start its own server")
         if hasattr(self, "cfg") and cfg.cluster != self.cfg.cluster:
             log.warning("cluster: changes to the cluster section take effect at the next restart")
         self.cfg = cfg

@@ -62,6 +62,7 @@ class Managed:
         self.stale = False  # `run` changed: the process must go (a sleep will not do)
         self.removed = False
         self.busy: asyncio.Task | None = None  # the start or stop in progress
+        self.remote: dict | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
 
     @property
     def run(self) -> cfgmod.Run:
@@ -74,20 +75,27 @@ class Managed:
             self.state, self.since = state, time.time()
             self.log.mark(f"-- gateway: {state.value}")
 
-    def view(self) -> policy.Unit:
+    def view(self, remote_want: tuple[int, float | None] | None = None, remote_used: float = 0.0) -> policy.Unit:
         pool = self.pool
         waiting = pool.waiting() if pool is not None else 0
         oldest = pool.oldest_wait() if pool is not None else None
+        if remote_want is not None and remote_want[1] is not None:  # other replicas' waiting requests
+            waiting += remote_want[0]
+            oldest = remote_want[1] if oldest is None else min(oldest, remote_want[1])
         if self.wanted_at is not None:
             oldest = self.wanted_at if oldest is None else min(oldest, self.wanted_at)
         return policy.Unit(
             name=self.name, state=self.state, uses=self.run.uses,
             held=pool.busy() if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
-            last_used=self.last_used, idle_ttl_s=self.run.idle_ttl_s, retry_at=self.retry_at,
+            last_used=max(self.last_used, remote_used), idle_ttl_s=self.run.idle_ttl_s, retry_at=self.retry_at,
             wanted=self.wanted_at is not None, evict=self.evict,
         )
 
     def as_dict(self) -> dict:
+        if self.remote is not None:  # a follower: the leader's word, and where it runs
+            return {**self.remote, "name": self.name, "managed": True, "state": self.state.value,
+                    "in_use": self.pool.in_use if self.pool is not None else 0,
+                    "waiting": self.pool.waiting() if self.pool is not None else 0}
         return {
             "name": self.name, "managed": True, "state": self.state.value, "since": self.since,
             "pid": self.child.pid if self.child is not None and self.child.running else None,
@@ -111,6 +119,7 @@ class Fleet:
         self.swap_after_s = 20.0
         self.prober = Prober()
         self.on_ready: Callable[[str], None] | None = None  # the gateway probes it at once (kind, context)
+        self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
         self._closing = False
@@ -188,10 +197,17 @@ class Fleet:
         u = self.units.get(name)
         return u is not None and u.state is State.STARTING
 
+    @property
+    def follower(self) -> bool:
+        return self.coord is not None and not self.coord.leader
+
     def refusal(self, name: str) -> GatewayError | None:
         u = self.units.get(name)
         if u is None:
             return None
+        if u.remote is not None and u.state is State.FAILED and u.remote.get("retry_in_s"):
+            return GatewayError("backend_down", u.remote.get("error") or f"backend {name!r} failed to start",
+                                status=503, retry_after=max(1.0, float(u.remote["retry_in_s"])))
         if u.removed:
             return GatewayError("backend_down", f"backend {name!r} was removed from the config", retry_after=5)
         if u.state is State.FAILED and u.retry_at is not None:
@@ -243,6 +259,46 @@ class Fleet:
     def start(self) -> None:
         if self._loop_task is None and self.units:
             self._loop_task = asyncio.get_running_loop().create_task(self._run())
+            if self.coord is not None:
+                self.coord.start(self)
+        self.kick()
+
+    # -- cluster (lifecycle/cluster.py) -------------------------------------------------------
+
+    def mirror(self, states: dict[str, dict]) -> None:
+        """A follower: the leader's states are this replica's view of its backends."""
+        for name, u in self.units.items():
+            doc = states.get(name)
+            u.remote = doc if isinstance(doc, dict) else {}
+            try:
+                state = State(u.remote.get("state", "stopped"))
+            except ValueError:
+                state = State.STOPPED
+            was = u.state
+            u.set(state)
+            if state is State.READY and was is not State.READY and self.on_ready is not None:
+                self.on_ready(name)
+            self._loading_changed(u)
+        self.kick()
+
+    def became_leader(self) -> None:
+        for u in self.units.values():
+            u.remote = None
+            u.set(State.STOPPED)  # the old leader's servers died with it (or were stopped by it)
+            if u.run.preload:
+                u.wanted_at = time.monotonic()
+            self._loading_changed(u)
+        self.kick()
+
+    def lost_leadership(self) -> None:
+        """Another replica may start these servers now: ours go at once."""
+        for u in self.units.values():
+            if u.busy is not None:
+                u.busy.cancel()
+                u.busy = None
+            if u.child is not None and u.child.running:
+                u.child.kill()
+            u.set(State.STOPPED)
         self.kick()
 
     async def _run(self) -> None:
@@ -261,6 +317,9 @@ class Fleet:
 
     def step(self) -> float | None:
         """One round: decide, perform, admit. -> when to look again without an event."""
+        if self.follower:
+            self._grant()  # the leader decides; here the gates follow its published states
+            return None
         self.watch_exits()
         for name, u in list(self.units.items()):
             if u.busy is not None:
@@ -274,7 +333,9 @@ class Fleet:
                     u.pool.fail_all(GatewayError("backend_down", f"backend {name!r} was removed from the config"))
         self._grant()  # what may be admitted is, first: a unit just ready serves before it is judged
         now = time.monotonic()
-        views = [u.view() for u in self.units.values()]
+        wants = self.coord.remote_wants if self.coord is not None else {}
+        used = self.coord.remote_used if self.coord is not None else {}
+        views = [u.view(wants.get(u.name), used.get(u.name, 0.0)) for u in self.units.values()]
         plan = policy.decide(views, self.resources, now, policy=self.policy, swap_after_s=self.swap_after_s)
         for a in plan.actions:
             self._perform(a)
@@ -463,3 +524,5 @@ class Fleet:
             if u.state is not State.STOPPED:
                 u.set(State.STOPPED)
         await self.prober.close()
+        if self.coord is not None:
+            await self.coord.close()
