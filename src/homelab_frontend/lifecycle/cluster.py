@@ -5,10 +5,11 @@ leader's replica id with a lease (`cluster.lease_s`), taken with SET NX PX and r
 lease_s / 3 while the leader lives. One lock for the whole fleet rather than one per backend:
 `resources` is one budget, and only a single decider can keep the backends' sum within it.
 - The leader runs the policy and the processes as a lone gateway does. Every POLL_S it
-  publishes every unit's state (`hlf:lc:states`, JSON, expiring after three leases) and reads
+  publishes every unit's state (`hlf:lc:states`, JSON, expiring after one lease) and reads
   what the others wait for (`hlf:lc:want`, one hash field per replica and backend: how many of
   its requests wait and for how long), which counts in its decisions like its own queue.
-- A follower starts nothing. Its units mirror the leader's published states: its gate admits
+- A follower starts nothing. Its units mirror the leader's published states (void while no
+  replica holds the lease): its gate admits
   when the backend is ready there (its requests go to the backend's URL like any), shows
   `loading` while it starts, answers the leader's failure while it is failed; and it publishes
   what waits in its gates.
@@ -117,7 +118,7 @@ class Coordinator:
     async def _exchange(self, fleet: Any) -> None:
         if self.leader:
             states = {name: {**u.as_dict(), "leader": self.replica} for name, u in fleet.units.items()}
-            await self.client.set(STATES_KEY, json.dumps(states), px=3 * self.lease_ms)
+            await self.client.set(STATES_KEY, json.dumps(states), px=self.lease_ms)
             raw = await self.client.hgetall(WANT_KEY)
             now_wall, now = time.time(), time.monotonic()
             wants: dict[str, tuple[int, float | None]] = {}
@@ -143,8 +144,10 @@ class Coordinator:
                 self.remote_wants = wants
                 fleet.kick()
             return
-        raw = await self.client.get(STATES_KEY)
-        states = json.loads(raw) if raw else {}
+        leader, raw = await self.client.mget(LEADER_KEY, STATES_KEY)
+        self.leader_id = leader
+        # no lease, no leader: whatever it last published is void (its servers died with it)
+        states = json.loads(raw) if (raw and leader) else {}
         if states != self.remote_states:
             self.remote_states = states
             fleet.mirror(states)

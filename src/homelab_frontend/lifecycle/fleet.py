@@ -252,7 +252,11 @@ class Fleet:
         return u.as_dict()
 
     def snapshot(self) -> list[dict]:
-        return [u.as_dict() for u in self.units.values() if not u.removed]
+        out = [u.as_dict() for u in self.units.values() if not u.removed]
+        if self.coord is not None:  # which replica runs them (None: nobody holds the lease now)
+            for d in out:
+                d["leader"] = self.coord.replica if self.coord.leader else self.coord.leader_id
+        return out
 
     # -- the loop -----------------------------------------------------------------------------
 
