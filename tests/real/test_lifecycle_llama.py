@@ -54,8 +54,7 @@ def predicted_in_log(gw, name: str) -> list[int]:
     gateway keeps after the process exited): the `eval time = ... / N tokens` lines."""
     status, text = gw.get(f"/admin/backends/{name}/log?lines=5000")
     assert status == 200
-    return [int(n) for n in re.findall(r"\beval time =\s+[\d.]+ ms /\s+(\d+) tokens", text)
-            if True]
+    return [int(n) for n in re.findall(r"(?<!prompt )eval time =\s+[\d.]+ ms /\s+(\d+) tokens", text)]
 
 
 def test_two_models_that_cannot_run_together_swap_only_after_the_long_stream_finishes():
@@ -91,7 +90,7 @@ def test_two_models_that_cannot_run_together_swap_only_after_the_long_stream_fin
         finish = [e["choices"][0]["finish_reason"] for e in events if e.get("choices") and e["choices"][0].get("finish_reason")]
         usage = [e["usage"] for e in events if e.get("usage")][-1]
         assert finish == ["length"] and usage["completion_tokens"] == 160  # A's own stop reason: all of it
-        assert 160 in [n + 1 for n in predicted_in_log(gw, "a")] + predicted_in_log(gw, "a")  # llama.cpp's count
+        assert predicted_in_log(gw, "a")[-1] == 160  # llama.cpp's own count of what it generated for it
         assert raw.rstrip().endswith(b"data: [DONE]")
 
         status, _, raw = out["b"]
