@@ -5,6 +5,7 @@ servers (started by the gateway itself from `run.cmd`), judged by the processes'
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import threading
@@ -284,3 +285,31 @@ def test_a_streaming_anthropic_client_gets_no_headers_while_its_backend_loads():
                 assert chunk, got
                 got += chunk
         assert got.startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_that_leaves_while_its_backend_loads_is_cancelled_loading_and_leaves_the_queue():
+    from rawhttp import post_and_vanish
+    cfg = config_for({"a": stub_backend("vllm", "--start-delay-s", "3")}, {"m": {"backend": "a"}},
+                     resources={"gpu": 1})
+    with Gateway(cfg) as gw:
+        post_and_vanish(gw.base + "/chat/completions",
+                        {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, after_s=1.0)
+        wait_for(lambda: any(e.get("outcome") == "cancelled_loading" for e in gw.access_log()), 10)
+        assert backends(gw)["a"]["waiting"] == 0 and gw.admin()["requests"] == []
+        wait_state(gw, "a", "ready")  # the start it asked for goes on: the next request finds it ready
+        assert chat(gw, "m")[0] == 200
+
+
+def test_lifecycle_metrics_after_a_swap():
+    with Gateway(two(("--start-delay-s", "0.5"), ("--start-delay-s", "0.5"))) as gw:
+        assert chat(gw, "ma")[0] == 200 and chat(gw, "mb")[0] == 200
+        status, text = gw.get("/metrics")
+        assert status == 200
+        assert 'hlf_backend_swaps_total{backend="a"} 1.0' in text
+        assert 'hlf_backend_swaps_total{backend="b"} 0.0' in text
+        assert 'hlf_backend_state{backend="b",state="ready"} 1.0' in text
+        assert 'hlf_backend_state{backend="a",state="stopped"} 1.0' in text
+        assert 'hlf_backend_starts_total{backend="a",outcome="ok"} 1.0' in text
+        assert 'hlf_backend_start_seconds_count{backend="b"} 1.0' in text
+        waited = float(re.search(r'hlf_backend_load_wait_seconds_total\{backend="b"\} ([\d.e+-]+)', text).group(1))
+        assert waited > 0.4  # the request for b waited through b's load
