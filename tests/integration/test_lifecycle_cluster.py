@@ -4,7 +4,6 @@ Judged by the processes: the server's pid and its parent."""
 
 from __future__ import annotations
 
-import json
 import signal
 from concurrent.futures import ThreadPoolExecutor
 

@@ -4,7 +4,6 @@ SIGTERM then SIGKILL, the parent-death signal, exit statuses, the log pipe."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
