@@ -313,3 +313,30 @@ def test_lifecycle_metrics_after_a_swap():
         assert 'hlf_backend_start_seconds_count{backend="b"} 1.0' in text
         waited = float(re.search(r'hlf_backend_load_wait_seconds_total\{backend="b"\} ([\d.e+-]+)', text).group(1))
         assert waited > 0.4  # the request for b waited through b's load
+
+
+def test_a_server_that_dies_mid_stream_ends_the_stream_with_an_error_frees_its_slot_and_restarts():
+    import socket
+
+    from rawhttp import _dechunk, _request_bytes, sse_data
+    with Gateway(config_for({"a": stub_backend("vllm", "--token-delay-ms", "50")}, {"m": {"backend": "a"}},
+                            resources={"gpu": 1})) as gw:
+        assert chat(gw, "m")[0] == 200
+        pid = backends(gw)["a"]["pid"]
+        addr, req = _request_bytes(gw.base + "/chat/completions", {
+            "model": "m", "stream": True, "messages": [{"role": "user", "content": "[stub content=200]"}]})
+        with socket.create_connection(addr, timeout=30) as s:
+            s.sendall(req)
+            got = b""
+            while got.count(b"data:") < 4:
+                chunk = s.recv(65536)
+                assert chunk, got
+                got += chunk
+            os.kill(pid, signal.SIGKILL)
+            while chunk := s.recv(65536):
+                got += chunk
+        data = sse_data(_dechunk(got.partition(b"\r\n\r\n")[2]))
+        assert b"[DONE]" not in data and b'"error"' in data[-1], data[-2:]
+        view = wait_state(gw, "a", "stopped")
+        assert view["in_use"] == 0 and view["last_exit_status"] == -9
+        assert chat(gw, "m")[0] == 200 and backends(gw)["a"]["pid"] not in (None, pid)
