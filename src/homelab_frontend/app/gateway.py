@@ -68,7 +68,7 @@ class Gateway:
         self._retiring: set[asyncio.Task] = set()
         # managed backends (`run:`): their processes, and the gate each one's pool is wrapped in
         self.fleet = Fleet(self._record_for)
-        self.fleet.on_ready = self._kick_probe
+        self.fleet.on_change = self._managed_changed
         if self.cluster is not None:  # only the replica holding the lifecycle lease runs servers
             from ..lifecycle.cluster import Coordinator
 
@@ -249,6 +249,17 @@ class Gateway:
                 continue
             await self.probe(name)
             await asyncio.sleep(self.backends[name].cfg.health_interval_s if name in self.backends else 1)
+
+    def _managed_changed(self, name: str, state) -> None:
+        """A managed backend changed state: one that became ready is probed at once (its kind,
+        its context lengths); one that is not running by design is not down (a request starts it)."""
+        b = self.backends.get(name)
+        if b is None:
+            return
+        if state == "ready":
+            self._kick_probe(name)
+        else:
+            b.up, b.last_error = True, None
 
     def _record_for(self, task: asyncio.Task | None) -> Tracked | None:
         """The request record a task serves (the gate shows its phase: queued or loading)."""

@@ -43,8 +43,9 @@ START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 class Managed:
     """One managed backend's live record."""
 
-    def __init__(self, name: str, cfg: cfgmod.Backend) -> None:
+    def __init__(self, name: str, cfg: cfgmod.Backend, on_change: Callable[[str, State], None] | None = None) -> None:
         self.name = name
+        self.on_change = on_change
         self.cfg = cfg
         self.state = State.STOPPED
         self.since = time.time()
@@ -74,6 +75,8 @@ class Managed:
             log.info("backend %s: %s -> %s", self.name, self.state.value, state.value)
             self.state, self.since = state, time.time()
             self.log.mark(f"-- gateway: {state.value}")
+            if self.on_change is not None:
+                self.on_change(self.name, state)
 
     def view(self, remote_want: tuple[int, float | None] | None = None, remote_used: float = 0.0) -> policy.Unit:
         pool = self.pool
@@ -118,7 +121,9 @@ class Fleet:
         self.policy = "batch"
         self.swap_after_s = 20.0
         self.prober = Prober()
-        self.on_ready: Callable[[str], None] | None = None  # the gateway probes it at once (kind, context)
+        # the gateway's hook on every state change: it probes a backend that became ready at once
+        # (kind, context lengths) and never counts one that is not running by design as down
+        self.on_change: Callable[[str, State], None] | None = None
         self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
@@ -141,7 +146,7 @@ class Fleet:
                 continue
             u = self.units.get(name)
             if u is None:
-                u = self.units[name] = Managed(name, b)
+                u = self.units[name] = Managed(name, b, self._changed)
                 if b.run.preload:
                     u.wanted_at = time.monotonic()
                 continue
@@ -167,6 +172,10 @@ class Fleet:
         if u.pool is None or u.pool.inner is not inner:
             u.pool = ManagedPool(name, inner, self)
         return u.pool
+
+    def _changed(self, name: str, state: State) -> None:
+        if self.on_change is not None:
+            self.on_change(name, state)
 
     @staticmethod
     def unwrap(pool: Any) -> Any:
@@ -278,10 +287,7 @@ class Fleet:
                 state = State(u.remote.get("state", "stopped"))
             except ValueError:
                 state = State.STOPPED
-            was = u.state
             u.set(state)
-            if state is State.READY and was is not State.READY and self.on_ready is not None:
-                self.on_ready(name)
             self._loading_changed(u)
         self.kick()
 
@@ -406,8 +412,6 @@ class Fleet:
             u.last_used = time.monotonic()
             u.set(State.READY)
             log.info("backend %s: ready in %.1f s", u.name, took)
-            if self.on_ready is not None:
-                self.on_ready(u.name)
         else:
             u.failures += 1
             backoff = u.run.backoff_s * min(MAX_BACKOFF_FACTOR, 2 ** (u.failures - 1))
