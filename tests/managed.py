@@ -56,10 +56,15 @@ def wait_gone(pid: int, timeout: float = 15.0) -> None:
 
 
 def port_closed(port: int) -> bool:
+    """Nothing listens on the port. A connect to a free loopback port in the ephemeral range can
+    succeed by connecting to itself (the kernel picks that very port as the source: TCP
+    simultaneous open): that is not a listener."""
     import socket
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) != 0
+        if s.connect_ex(("127.0.0.1", port)) != 0:
+            return True
+        return s.getsockname() == s.getpeername()
 
 
 def group_members(pgid: int) -> list[int]:
