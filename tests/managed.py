@@ -38,13 +38,23 @@ def wait_state(gw, name: str, *states: str, timeout: float = 30.0) -> dict:
         raise AssertionError(f"{name} not {states} within {timeout}s: {backends(gw)[name]}\n{gw.stderr()[-3000:]}")
 
 
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie (a zombie has exited: it holds no GPU, no port)."""
+def _state(path: str) -> str | None:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Some thread of the process still runs. A zombie has exited (it holds no GPU, no port), but a
+    multi-threaded server's main thread shows as a zombie while its other threads, which still
+    hold its sockets, are exiting: so every thread is looked at."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError):
         return False
+    return any(_state(f"/proc/{pid}/task/{t}/stat") not in (None, "Z", "X") for t in tasks)
 
 
 def wait_gone(pid: int, timeout: float = 15.0) -> None:
@@ -78,6 +88,6 @@ def group_members(pgid: int) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        if int(fields[2]) == pgid and alive(int(entry)):
             out.append(int(entry))
     return out
