@@ -39,7 +39,42 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print("aliases:")
         for pattern, target in cfg.aliases.items():
             print(f"  {pattern:<28} -> {target}")
+    _print_resource_plan(cfg)
     return 0
+
+
+def _print_resource_plan(cfg: cfgmod.Config) -> None:
+    """Managed backends: what each uses of `resources`, and which cannot run at the same time."""
+    managed = {n: b for n, b in cfg.backends.items() if b.run is not None}
+    if not managed:
+        return
+    print("resources:" if cfg.resources else "resources: (none declared: managed backends never wait for room)")
+    for r, total in cfg.resources.items():
+        users = ", ".join(f"{n} {b.run.uses[r]:g}" for n, b in managed.items() if r in b.run.uses)
+        print(f"  {r:<16} {total:g}  (used by: {users or 'nobody'})")
+    print(f"managed backends (started on demand, swapped by policy {cfg.lifecycle.policy}"
+          + (f", swap after {cfg.lifecycle.swap_after_s:g} s" if cfg.lifecycle.policy == "batch" else "") + "):")
+    for n, b in managed.items():
+        run = b.run
+        uses = " ".join(f"{r}={v:g}" for r, v in run.uses.items()) or "nothing"
+        ttl = f"idle_ttl {run.idle_ttl_s:g}s" if run.idle_ttl_s else "no idle stop"
+        print(f"  {n:<16} uses {uses:<14} {ttl}, unload {run.unload}, start_timeout {run.start_timeout_s:g}s"
+              + (", preload" if run.preload else "") + f"  $ {' '.join(run.argv())}")
+    names = list(managed)
+    clashes = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            over = [f"{r}: {managed[a].run.uses[r] + managed[b].run.uses[r]:g} > {cfg.resources[r]:g}"
+                    for r in managed[a].run.uses if r in managed[b].run.uses
+                    and managed[a].run.uses[r] + managed[b].run.uses[r] > cfg.resources[r] + 1e-9]
+            if over:
+                clashes.append(f"{a} + {b} ({'; '.join(over)})")
+    if clashes:
+        print("  cannot run together (one is stopped to start the other):")
+        for c in clashes:
+            print(f"    {c}")
+    else:
+        print("  all of them fit together")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -44,6 +45,37 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
 BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
 
 
+class Run(msgspec.Struct, forbid_unknown_fields=True):
+    """A managed backend: the gateway starts, stops (or puts to sleep) its server
+    (lifecycle/ has the state machine, the swap policy and the process supervisor)."""
+
+    cmd: list[str] | str  # argv; a string is split like a shell would (never run by a shell)
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # added to the gateway's environment
+    cwd: str | None = None
+    uses: dict[str, float] = msgspec.field(default_factory=dict)  # of `resources`, while running
+    ready_url: str | None = None  # default: GET <url>/models answering 200
+    start_timeout_s: float = 300.0  # from spawn to ready
+    idle_ttl_s: float | None = None  # stop after this long with no request (from its end); None: never
+    stop_timeout_s: float = 15.0  # one SIGTERM, then SIGKILL after this
+    preload: bool = False  # start at boot instead of at the first request
+    unload: Literal["stop", "sleep"] = "stop"  # sleep: vLLM's POST /sleep and /wake_up (kind vllm)
+    sleep_level: int = 1  # vLLM sleep level: 1 keeps the weights in CPU memory, 2 drops them
+    backoff_s: float = 5.0  # after a failed start; doubles per consecutive failure (to 32x)
+
+    def argv(self) -> list[str]:
+        return shlex.split(self.cmd) if isinstance(self.cmd, str) else list(self.cmd)
+
+
+class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
+    """How managed backends share `resources` (lifecycle/policy.py)."""
+
+    # batch: serve what is queued for a running backend before swapping it out, but swap at the
+    # latest once another backend's oldest request has waited swap_after_s. fifo: strict arrival
+    # order across backends (what llama-swap does), for comparison (bench.swap).
+    policy: Literal["batch", "fifo"] = "batch"
+    swap_after_s: float = 20.0
+
+
 class Backend(msgspec.Struct, forbid_unknown_fields=True):
     url: str  # OpenAI-compatible base URL, ending in /v1
     slots: int = 8
@@ -57,6 +89,7 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     health_interval_s: float = 10.0
+    run: Run | None = None  # the gateway runs this backend's server (a managed backend)
 
     @property
     def reports_stop_reason(self) -> bool:
@@ -199,6 +232,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     cluster: Cluster | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
     tracing: Tracing = msgspec.field(default_factory=Tracing)
+    resources: dict[str, float] = msgspec.field(default_factory=dict)  # what managed backends share
+    lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     shutdown_grace_s: float = 30.0  # SIGTERM: how long in-flight requests may finish
     access_log: str | None = None  # a file path; default: stderr
 
@@ -321,6 +356,13 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         for field in ("max_line_bytes", "max_body_bytes"):
             if getattr(b.limits, field) < 1024:
                 problems.append(f"{p}.limits.{field}: must be at least 1024, got {getattr(b.limits, field)}")
+        if b.run is not None:
+            problems += _check_run(cfg, p, b)
+    for rname, amount in cfg.resources.items():
+        if amount < 0:
+            problems.append(f"resources.{rname}: must be 0 or more, got {amount:g}")
+    if cfg.lifecycle.swap_after_s < 0:
+        problems.append("lifecycle.swap_after_s: must be 0 or more")
     for name, m in cfg.models.items():
         p = f"models.{name}"
         if m.backend and m.backends:
@@ -384,6 +426,46 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         problems.append(f"connections.max_connections: must be at least 1, got {cfg.connections.max_connections}")
     if cfg.shutdown_grace_s < 0:
         problems.append("shutdown_grace_s: must be 0 or more")
+    return problems
+
+
+def _check_run(cfg: Config, p: str, b: Backend) -> list[str]:
+    """The shape of `run` only: the files a command names need not exist on this machine."""
+    assert b.run is not None
+    r, p = b.run, f"{p}.run"
+    problems: list[str] = []
+    try:
+        argv = r.argv()
+    except ValueError as err:
+        problems.append(f"{p}.cmd: cannot split {r.cmd!r} like a shell would: {err}")
+        argv = ["?"]
+    if not argv or not argv[0]:
+        problems.append(f"{p}.cmd: empty (which program runs this backend?)")
+    for rname, amount in r.uses.items():
+        if rname not in cfg.resources:
+            known = ", ".join(sorted(cfg.resources)) or "none declared"
+            problems.append(f"{p}.uses.{rname}: no such resource (resources: {known})")
+        elif amount < 0:
+            problems.append(f"{p}.uses.{rname}: must be 0 or more, got {amount:g}")
+        elif amount > cfg.resources[rname]:
+            problems.append(f"{p}.uses.{rname}: {amount:g} is more than all of it ({cfg.resources[rname]:g}): "
+                            "this backend could never start")
+    for field in ("start_timeout_s", "stop_timeout_s", "backoff_s"):
+        if getattr(r, field) <= 0:
+            problems.append(f"{p}.{field}: must be more than 0")
+    if r.idle_ttl_s is not None and r.idle_ttl_s <= 0:
+        problems.append(f"{p}.idle_ttl_s: must be more than 0 (or null: never)")
+    if r.ready_url is not None:
+        parts = urlsplit(r.ready_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(f"{p}.ready_url: {r.ready_url!r} is not an http(s) URL")
+    if r.unload == "sleep" and b.kind != "vllm":
+        problems.append(f"{p}.unload: sleep is vLLM's sleep mode: it needs `kind: vllm` on the backend "
+                        f"(got {b.kind or 'no kind'})")
+    if r.sleep_level not in (1, 2):
+        problems.append(f"{p}.sleep_level: must be 1 or 2, got {r.sleep_level}")
+    if r.cwd is not None and not r.cwd:
+        problems.append(f"{p}.cwd: empty (leave it out for the gateway's own)")
     return problems
 
 

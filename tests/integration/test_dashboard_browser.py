@@ -221,3 +221,26 @@ def test_dashboard_draws_usage_per_key_and_model_and_budget_use(browser, vllm_st
         logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and gw.url in e["message"]
                 or e["source"] in ("javascript", "security")]
         assert not logs, logs  # no CSP violation, no script error
+
+
+def test_dashboard_shows_managed_backend_states_and_starts_and_stops_them(browser):
+    from managed import alive, backends, stub_backend, wait_gone
+
+    cfg = {"resources": {"gpu": 1}, "backends": {"coder": stub_backend("vllm", "--start-delay-s", "0.5")},
+           "models": {"m": {"backend": "coder"}}, "auth": {"admin_key_env": "HLF_DASH_ADMIN"}}
+    with Gateway(cfg, env={"HLF_DASH_ADMIN": ADMIN_KEY}) as gw:
+        browser.get(gw.url + "/")
+        until(browser, lambda: browser.execute_script("return document.body.dataset.state") == "auth")
+        css(browser, "#key")[0].send_keys(ADMIN_KEY)
+        css(browser, "#usekey")[0].click()
+        card = '.backend[data-backend="coder"]'
+        until(browser, lambda: text(browser, f"{card} .state") == "stopped")
+        assert text(browser, f"{card} button.lc-act") == "start"
+        css(browser, f"{card} button.lc-act")[0].click()
+        until(browser, lambda: text(browser, f"{card} .state") == "ready", 30)
+        pid = backends(gw, ADMIN)["coder"]["pid"]
+        assert alive(pid) and text(browser, f"{card} .pid") == f"pid {pid}"
+        until(browser, lambda: text(browser, f"{card} button.lc-act") == "stop")
+        css(browser, f"{card} button.lc-act")[0].click()
+        until(browser, lambda: text(browser, f"{card} .state") == "stopped", 30)
+        wait_gone(pid)

@@ -140,3 +140,75 @@ def test_model_capabilities_for_ollamas_show_only_known_names():
     assert info.value.problems == [
         "models.a.capabilities[1]: unknown capability 'telepathy' "
         "(known: completion, tools, thinking, vision, embedding, insert, audio)"]
+
+
+# -- managed backends (run:) ------------------------------------------------------------------
+
+def _managed(run: dict, **extra) -> dict:
+    return {"resources": {"gpu0": 24}, "backends": {"coder": {"url": "http://127.0.0.1:9101/v1", "run": run}},
+            **extra}
+
+
+def test_run_section_defaults_and_a_string_cmd_split_like_a_shell():
+    cfg = cfgmod.parse(_managed({"cmd": "llama-server -m '/models/my coder.gguf' --port 9101", "uses": {"gpu0": 18}}))
+    run = cfg.backends["coder"].run
+    assert run.argv() == ["llama-server", "-m", "/models/my coder.gguf", "--port", "9101"]
+    assert (run.start_timeout_s, run.stop_timeout_s, run.idle_ttl_s, run.unload, run.preload) == (300, 15, None, "stop", False)
+    assert cfg.lifecycle.policy == "batch" and cfg.resources == {"gpu0": 24}
+
+
+@pytest.mark.parametrize(
+    "run,expected",
+    [
+        ({"cmd": ["x"], "bogus": 1}, "backends.coder.run.bogus: unknown key"),
+        ({"cmd": ["x"], "uses": {"gpu1": 4}}, "backends.coder.run.uses.gpu1: no such resource (resources: gpu0)"),
+        ({"cmd": ["x"], "uses": {"gpu0": 30}}, "backends.coder.run.uses.gpu0: 30 is more than all of it (24): "
+                                                "this backend could never start"),
+        ({"cmd": []}, "backends.coder.run.cmd: empty (which program runs this backend?)"),
+        ({"cmd": "llama-server 'unbalanced"}, "backends.coder.run.cmd: cannot split \"llama-server 'unbalanced\" "
+                                               "like a shell would: No closing quotation"),
+        ({"cmd": ["x"], "start_timeout_s": 0}, "backends.coder.run.start_timeout_s: must be more than 0"),
+        ({"cmd": ["x"], "idle_ttl_s": -1}, "backends.coder.run.idle_ttl_s: must be more than 0 (or null: never)"),
+        ({"cmd": ["x"], "unload": "sleep"}, "backends.coder.run.unload: sleep is vLLM's sleep mode: it needs "
+                                             "`kind: vllm` on the backend (got no kind)"),
+        ({"cmd": ["x"], "unload": "pause"}, "backends.coder.run.unload: invalid enum value 'pause'"),
+        ({"cmd": ["x"], "ready_url": "nope"}, "backends.coder.run.ready_url: 'nope' is not an http(s) URL"),
+    ],
+)
+def test_run_problems_name_their_key_path(run, expected):
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(_managed(run))
+    assert expected in ei.value.problems, ei.value.problems
+
+
+def test_run_env_values_are_strings():
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(_managed({"cmd": ["x"], "env": {"A": 1}}))
+    [problem] = ei.value.problems
+    assert problem.startswith("backends.coder.run.env") and problem.endswith("expected `str`, got `int`")
+
+
+def test_lifecycle_section_and_resources_are_checked():
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse({"resources": {"gpu0": -1}, "lifecycle": {"policy": "lru", "swap_after_s": 5}})
+    assert "resources.gpu0: must be 0 or more, got -1" in ei.value.problems
+    assert "lifecycle.policy: invalid enum value 'lru'" in ei.value.problems
+
+
+def test_check_validates_run_without_requiring_its_files_and_prints_the_plan(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("""
+resources: {gpu0: 24}
+backends:
+  coder: {url: "http://127.0.0.1:9101/v1", run: {cmd: [/no/such/llama-server, -m, /no/such.gguf], uses: {gpu0: 18}}}
+  chat: {url: "http://127.0.0.1:9102/v1", run: {cmd: [/no/such/llama-server], uses: {gpu0: 12}, idle_ttl_s: 600}}
+  tiny: {url: "http://127.0.0.1:9103/v1", run: {cmd: [/no/such/llama-server], uses: {gpu0: 4}}}
+models:
+  coder: {backend: coder}
+""")
+    out = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(p)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "gpu0             24  (used by: coder 18, chat 12, tiny 4)" in out.stdout
+    assert "coder + chat (gpu0: 30 > 24)" in out.stdout
+    assert "coder + tiny" not in out.stdout and "idle_ttl 600s" in out.stdout

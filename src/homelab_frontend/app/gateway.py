@@ -19,6 +19,7 @@ from aiohttp import web
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
 from ..errors import GatewayError
+from ..lifecycle.fleet import Fleet
 from ..ops import health
 from ..ops.accesslog import AccessLog
 from ..ops.metrics import Metrics
@@ -75,6 +76,13 @@ class Gateway:
         self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
         self._wake: dict[str, asyncio.Event] = {}  # set when its requests mark a backend down
         self._retiring: set[asyncio.Task] = set()
+        # managed backends (`run:`): their processes, and the gate each one's pool is wrapped in
+        self.fleet = Fleet(self._record_for)
+        self.fleet.on_change = self._managed_changed
+        if self.cluster is not None:  # only the replica holding the lifecycle lease runs servers
+            from ..lifecycle.cluster import Coordinator
+
+            self.fleet.coord = Coordinator(self.cluster.client, self.cluster.replica, self.cluster.lease_s)
         self.apply(cfg)
         self.responses = ResponsesState(self)  # reasoning sealer and the response store
 
@@ -85,6 +93,7 @@ class Gateway:
         flight keep the route they resolved; new requests see the new table."""
         auth = Auth(cfg.auth)  # raises ConfigError before anything changes
         auth.inherit(getattr(self, "auth", None))
+        self.fleet.configure(cfg)
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
             if state is None:
@@ -94,6 +103,7 @@ class Gateway:
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
+            state.pool = self.fleet.wrap(name, Fleet.unwrap(state.pool))
             state.auto_kind = b.kind is None
             old = self.clients.get(name)
             if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
@@ -116,6 +126,7 @@ class Gateway:
         self.router = Router(cfg, self.backends)
         if _loop_running():
             self.start_probes()
+            self.fleet.start()
 
     async def start(self) -> None:
         """Before the port opens. The ledger first: a file it cannot write stops the start
@@ -123,6 +134,7 @@ class Gateway:
         if self.usage is not None:
             await self.usage.start()
         self.start_probes()
+        self.fleet.start()  # managed backends: preloads start now, the rest on their first request
         if self.cluster is not None:
             await self.cluster.start()  # first contact with Redis before the port opens
 
@@ -270,6 +282,10 @@ class Gateway:
         client = self.clients.get(name)
         if state is not None and client is not None:
             await health.probe(state, client)
+            if self.fleet.managed(name) and not self.fleet.ready(name):
+                # stopped (or stopping) by design while the probe ran: a request starts it again
+                state.up, state.last_error = True, None
+                return
             state.passive.probed(state.up)
 
     def _marked_down(self, state: BackendState) -> None:
@@ -290,6 +306,11 @@ class Gateway:
             if name not in self.cfg.backends:  # removed by a reload while still busy
                 if self._drop_if_idle(name):
                     return
+                await asyncio.sleep(0.5)
+                continue
+            if self.fleet.managed(name) and not self.fleet.ready(name):
+                # not running by design: a request starts it (the fleet says when it fails)
+                self.backends[name].up, self.backends[name].last_error = True, None
                 await asyncio.sleep(0.5)
                 continue
             wake = self._wake.setdefault(name, asyncio.Event())
@@ -335,9 +356,30 @@ class Gateway:
                 health.leak_check(state, client, timeout_s=1.0))
         return asyncio.shield(task)  # an admin request that goes away does not cancel the read
 
+    def _managed_changed(self, name: str, state) -> None:
+        """A managed backend changed state: one that became ready is probed at once (its kind,
+        its context lengths); one that is not running by design is not down (a request starts it)."""
+        b = self.backends.get(name)
+        if b is None:
+            return
+        if state == "ready":
+            self._kick_probe(name)
+        else:
+            b.up, b.last_error = True, None
+
+    def _record_for(self, task: asyncio.Task | None) -> Tracked | None:
+        """The request record a task serves (the gate shows its phase: queued or loading)."""
+        if task is None:
+            return None
+        for t in self.tracker:
+            if t.task is task:
+                return t
+        return None
+
     async def close(self) -> None:
         for task in [*self._probes.values(), *self._kicked.values(), *self._reading.values()]:
             task.cancel()
+        await self.fleet.close()  # every managed server stopped (SIGTERM, then SIGKILL)
         retiring = list(self._retiring)
         for task in retiring:
             task.cancel()  # its `finally` closes the old client

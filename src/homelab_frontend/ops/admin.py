@@ -1,4 +1,5 @@
-"""The admin API: what is running and queued, cancel one request, reload the config.
+"""The admin API: what is running and queued, cancel one request, reload the config, and the
+managed backends (their states, logs, start and stop).
 Protected by the admin key when one is configured (see auth.Auth.is_admin)."""
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def snapshot(gw: OpsGateway) -> dict:
             # the backend runs more than we hold: a leaked generation, or another client
             "slot_mismatch": (b.upstream_running - b.pool.in_use) if b.upstream_running is not None else None,
         }
+        unit = gw.fleet.units.get(name) if gw.fleet.managed(name) else None
+        if unit is not None:  # managed (run:): its lifecycle, for the dashboard's state and buttons
+            u = unit.as_dict()
+            backends[name]["lifecycle"] = {k: u[k] for k in ("state", "since", "pid", "last_exit", "last_start_s",
+                                                             "error", "waiting")}
         if hasattr(b.pool, "holders"):  # shared through Redis: in_use counts every replica
             backends[name]["held_here"] = b.pool.held
             backends[name]["replicas"] = {r: n for r, n in sorted(b.pool.holders.items()) if n}
@@ -78,8 +84,86 @@ async def reload_config(request: web.Request) -> web.Response:
     return web.json_response({"reloaded": True})
 
 
+def _not_found(message: str) -> web.Response:
+    return web.json_response({"error": {"type": "not_found_error", "message": message}}, status=404)
+
+
+def backends_view(gw: OpsGateway) -> list[dict]:
+    """Every backend: a managed one with its lifecycle state, an external one as `external`."""
+    managed = {u["name"]: u for u in gw.fleet.snapshot()}
+    out = []
+    for name, b in gw.backends.items():
+        entry = managed.get(name) or {
+            "name": name, "managed": False, "state": "external", "since": None, "pid": None,
+            "last_exit_status": None, "last_exit": None, "last_start_s": None,
+        }
+        out.append({**entry, "slots": b.pool.slots, "in_use": b.pool.in_use, "queued": b.pool.queued,
+                    "up": b.up, "kind": b.cfg.kind})
+    return out
+
+
+async def list_backends(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    return web.json_response({"backends": backends_view(gw)})
+
+
+def _unit(gw: OpsGateway, name: str) -> web.Response | None:
+    if name not in gw.backends and not gw.fleet.managed(name):
+        return _not_found(f"no backend {name!r}")
+    if not gw.fleet.managed(name):
+        return web.json_response({"error": {"type": "invalid_request_error",
+                                            "message": f"backend {name!r} is not managed (it has no run: section)"}},
+                                 status=409)
+    return None
+
+
+async def backend_log(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    name = request.match_info["name"]
+    refused = _unit(gw, name)
+    if refused is not None:
+        return refused
+    try:
+        n = max(1, min(int(request.query.get("lines", "200")), 100_000))
+    except ValueError:
+        return web.json_response({"error": {"type": "invalid_request_error",
+                                            "message": "lines: expected an integer"}}, status=400)
+    lines = gw.fleet.units[name].log.tail(n)
+    return web.Response(text="".join(line + "\n" for line in lines), content_type="text/plain")
+
+
+async def backend_start(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    name = request.match_info["name"]
+    refused = _unit(gw, name)
+    if refused is not None:
+        return refused
+    return web.json_response(gw.fleet.want(name), status=202)
+
+
+async def backend_stop(request: web.Request) -> web.Response:
+    gw = _gw(request)
+    if not gw.auth.is_admin(request):
+        return _forbidden()
+    name = request.match_info["name"]
+    refused = _unit(gw, name)
+    if refused is not None:
+        return refused
+    return web.json_response(gw.fleet.unwant(name), status=202)
+
+
 def add_routes(app: web.Application, gw: OpsGateway) -> None:
     app[OPS_GATEWAY] = gw
+    app.router.add_get("/admin/backends", list_backends)
+    app.router.add_get("/admin/backends/{name}/log", backend_log)
+    app.router.add_post("/admin/backends/{name}/start", backend_start)
+    app.router.add_post("/admin/backends/{name}/stop", backend_stop)
     app.router.add_get("/admin/requests", list_requests)
     app.router.add_post("/admin/requests/{rid}/cancel", cancel_request)
     app.router.add_post("/admin/reload", reload_config)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 from .. import config as cfgmod
+from ..lifecycle.fleet import Fleet
 from ..policy.auth import Auth
 from ..policy.routing import BackendState
 from ..request.tracker import Tracker
@@ -25,6 +26,7 @@ class OpsGateway(Protocol):
     cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
     draining: bool
     usage: Any  # usage.Ledger, or None with usage.enabled: false
+    fleet: Fleet  # managed backends (`run:`)
 
     def reload(self) -> list[str]: ...
 

@@ -402,6 +402,40 @@ class _LiveCollector:
         for (backend, phase), n in sorted(counts.items()):
             inflight.add_metric([backend, phase], n)
         yield from (slots, in_use, queued, qcap, up, running, mismatch, inflight)
+        fleet = getattr(gw, "fleet", None)
+        if fleet is not None and fleet.units:
+            yield from _lifecycle_families(fleet)
+
+
+def _lifecycle_families(fleet):
+    """Managed backends (lifecycle/fleet.py): their state now, and their starts and swaps so far.
+    The fleet keeps the counts (it is below ops in the layers); they are read here at scrape time."""
+    from ..lifecycle.fleet import START_BUCKETS
+    from ..lifecycle.policy import State
+
+    state = GaugeMetricFamily("hlf_backend_state", "1 for the state a managed backend is in now.",
+                              labels=["backend", "state"])
+    starts = CounterMetricFamily("hlf_backend_starts", "Starts (spawns or wakes) of a managed backend by outcome: "
+                                 "ok, exit (it exited first), timeout (not ready within start_timeout_s), error.",
+                                 labels=["backend", "outcome"])
+    hist = HistogramMetricFamily("hlf_backend_start_seconds", "From spawn (or wake) to ready, successful starts.",
+                                 labels=["backend"])
+    swaps = CounterMetricFamily("hlf_backend_swaps", "Times a managed backend was stopped (or put to sleep) "
+                                "to make room for another.", labels=["backend"])
+    loading = CounterMetricFamily("hlf_backend_load_wait_seconds", "Seconds requests spent waiting for their "
+                                  "backend to start (phase loading), summed.", labels=["backend"])
+    for name, u in list(fleet.units.items()):
+        for s in State:
+            state.add_metric([name, s.value], 1 if u.state is s else 0)
+        for outcome in ("ok", "exit", "timeout", "error"):
+            starts.add_metric([name, outcome], fleet.starts.get((name, outcome), 0))
+        counts = fleet.start_buckets.get(name, [0] * len(START_BUCKETS))
+        n = fleet.starts.get((name, "ok"), 0)
+        buckets = [(floatToGoString(b), c) for b, c in zip(START_BUCKETS, counts)] + [("+Inf", n)]
+        hist.add_metric([name], buckets, fleet.start_sum.get(name, 0.0))
+        swaps.add_metric([name], fleet.swaps.get(name, 0))
+        loading.add_metric([name], fleet.load_wait_s.get(name, 0.0))
+    yield from (state, starts, hist, swaps, loading)
 
 
 # -- routes -------------------------------------------------------------------------------------

@@ -47,6 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-us-per-token", type=int, default=0, metavar="US",
                         help="time to first token grows by US microseconds per uncached prompt token")
 
+    parser.add_argument("--start-delay-s", type=float, default=0.0, metavar="S",
+                        help="load time before serving: vLLM binds its port only after it, llama.cpp "
+                             "binds at once and answers 503 'Loading model' meanwhile")
+    parser.add_argument("--exit-at-start", type=int, default=None, metavar="STATUS",
+                        help="print a load error and exit with STATUS instead of serving")
+    parser.add_argument("--exit-at-start-file", metavar="FILE",
+                        help="like --exit-at-start, with the status read from FILE, only while FILE exists "
+                             "(a test makes the next start fail on demand)")
+    parser.add_argument("--sleep-delay-s", type=float, default=0.1, help="vLLM: time POST /sleep takes")
+    parser.add_argument("--wake-delay-s", type=float, default=0.3, help="vLLM: time POST /wake_up takes")
+
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
     return StubConfig(
@@ -64,7 +75,26 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         prefix_cache_tokens=args.prefix_cache_tokens,
         prefix_block=args.prefix_block,
         prefill_us_per_token=args.prefill_us_per_token,
+        start_delay_s=args.start_delay_s,
+        sleep_delay_s=args.sleep_delay_s,
+        wake_delay_s=args.wake_delay_s,
     )
+
+
+def _exit_at_start(args: argparse.Namespace) -> int | None:
+    """The status to fail with at start, if this start is to fail (None: serve)."""
+    if args.exit_at_start is not None:
+        return args.exit_at_start
+    path = args.exit_at_start_file
+    if path:
+        try:
+            with open(path) as f:
+                return int(f.read().strip() or "1")
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return 1
+    return None
 
 
 async def serve(config: StubConfig) -> None:
@@ -72,12 +102,25 @@ async def serve(config: StubConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with StubServer(config) as stub:
+    stub = StubServer(config)
+    if config.flavour != "llamacpp" and config.start_delay_s > 0:
+        # vLLM loads the model before its HTTP server binds the port
+        print(f"loading model for {config.start_delay_s:g} s", flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), config.start_delay_s)
+            return
+        except TimeoutError:
+            pass
+    async with stub:
         print(f"listening on {stub.url}", flush=True)
         await stop.wait()
 
 
 def run(args: argparse.Namespace) -> int:
+    status = _exit_at_start(args)
+    if status is not None:
+        print("error: failed to load model (the stub was told to fail at start)", file=sys.stderr, flush=True)
+        return status
     config = config_from_args(args)
     try:
         import uvloop

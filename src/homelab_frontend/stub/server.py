@@ -160,6 +160,54 @@ async def _health(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+_LOADER = web.AppKey("stub_loader", asyncio.Task)
+
+# llama-server while it loads its model: every endpoint answers this (its /health too).
+_LOADING = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+
+
+@web.middleware
+async def _llama_loading(request: web.Request, handler: Any) -> web.StreamResponse:
+    if request.app[STATE].loading and not request.path.startswith("/stub/"):
+        return _json(_LOADING, status=503)
+    return await handler(request)
+
+
+@web.middleware
+async def _vllm_sleeping(request: web.Request, handler: Any) -> web.StreamResponse:
+    # vLLM's protected endpoints while asleep (the others, /v1/models among them, still answer)
+    if request.app[STATE].sleeping and request.path in (CHAT_PATH, "/v1/embeddings", "/v1/completions"):
+        return _json({"error": {"message": "The model is sleeping. Wake it up first.",
+                                "type": "ServiceUnavailableError", "param": None, "code": 503}}, status=503)
+    return await handler(request)
+
+
+async def _sleep(request: web.Request) -> web.Response:
+    """vLLM (VLLM_SERVER_DEV_MODE=1): returns once the GPU memory is freed; an empty 200."""
+    state = request.app[STATE]
+    try:
+        level = int(request.query.get("level", "1"))
+    except ValueError:
+        return _json({"error": {"message": "level must be an integer", "type": "BadRequestError",
+                                "param": "level", "code": 400}}, status=400)
+    await asyncio.sleep(state.config.sleep_delay_s)
+    state.sleeping = level
+    state.log.write(f"sleep level={level}")
+    return web.Response(status=200)
+
+
+async def _wake_up(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    await asyncio.sleep(state.config.wake_delay_s)
+    state.sleeping = 0
+    state.log.write("wake_up")
+    return web.Response(status=200)
+
+
+async def _is_sleeping(request: web.Request) -> web.Response:
+    return _json({"is_sleeping": bool(request.app[STATE].sleeping)})
+
+
 async def _ollama_root(request: web.Request) -> web.Response:
     return web.Response(text="Ollama is running")
 
@@ -235,7 +283,8 @@ def build_app(config: StubConfig) -> web.Application:
     state = StubState(config=config, log=EventLog(config.log))
     if config.prefix_cache_tokens > 0:
         state.cache = PrefixCache(config.prefix_cache_tokens, config.prefix_block)
-    middlewares = [_auth, _llama_close_after_stream] if config.flavour == "llamacpp" else [_auth]
+    middlewares = ([_llama_loading, _auth, _llama_close_after_stream] if config.flavour == "llamacpp"
+                   else [_vllm_sleeping, _auth] if config.flavour == "vllm" else [_auth])
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[STATE] = state
     app[FLAVOUR] = flavour
@@ -246,6 +295,9 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_post("/tokenize", _tokenize)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/health", _health)
+        app.router.add_post("/sleep", _sleep)
+        app.router.add_post("/wake_up", _wake_up)
+        app.router.add_get("/is_sleeping", _is_sleeping)
     elif config.flavour == "llamacpp":
         app.router.add_post("/tokenize", _llama_tokenize)
         app.router.add_post("/apply-template", _llama_apply_template)
@@ -266,6 +318,18 @@ def build_app(config: StubConfig) -> web.Application:
     async def close_log(app: web.Application) -> None:
         state.log.close()
 
+    if config.flavour == "llamacpp" and config.start_delay_s > 0:
+        state.loading = True
+
+        async def load(app: web.Application) -> None:
+            async def loaded() -> None:
+                await asyncio.sleep(config.start_delay_s)
+                state.loading = False
+                state.log.write("model loaded")
+
+            app[_LOADER] = asyncio.get_running_loop().create_task(loaded())
+
+        app.on_startup.append(load)
     app.on_cleanup.append(close_log)
     return app
 

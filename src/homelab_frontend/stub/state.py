@@ -33,6 +33,11 @@ class StubConfig:
     prefix_cache_tokens: int = 0
     prefix_block: int = 16
     prefill_us_per_token: int = 0
+    # Model lifecycle (a managed backend, lifecycle/): time to "load the model" before serving,
+    # and vLLM's sleep mode (POST /sleep, /wake_up; a wake is faster than a cold start).
+    start_delay_s: float = 0.0
+    sleep_delay_s: float = 0.1
+    wake_delay_s: float = 0.3
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:
@@ -105,6 +110,8 @@ class StubState:
     # endpoints, its health probe among them, keep answering): {"status": CODE, "message": TEXT}
     # answers that status; {"reset": true} closes the connection without an answer.
     failing: dict | None = None
+    loading: bool = False  # llama.cpp flavour: bound, but the model is still loading (503)
+    sleeping: int = 0  # vLLM sleep level, 0: awake
 
     def record(self, body: Any, headers: Any) -> int:
         self.sequence += 1
