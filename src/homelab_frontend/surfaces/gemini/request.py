@@ -82,8 +82,8 @@ from typing import Any
 import msgspec
 
 from ... import canonical as c
-from ...errors import GatewayError
 from ..signature import ThinkingSigner
+from .fields import as_list as _list, as_obj as _obj, get as _get, invalid as _invalid, kind_of as _kind
 from .rules import reasoning_from
 from .schema import to_json_schema
 
@@ -94,55 +94,6 @@ _encode = msgspec.json.encode
 _TOOL_ERROR_PREFIX = "[tool error] "
 _EFFORT_LEVELS = {"MINIMAL": "low", "LOW": "low", "MEDIUM": "medium", "HIGH": "high"}
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml", "application/yaml")
-
-
-def _invalid(path: str | None, detail: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{path}: {detail}" if path else detail, param=path or None)
-
-
-def _snake(name: str) -> str:
-    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in name)
-
-
-_SNAKE: dict[str, str] = {}
-
-
-def _get(d: dict, name: str) -> Any:
-    """`d[name]` under Google's camelCase or the Python SDK's snake_case spelling."""
-    value = d.get(name)
-    if value is None:
-        snake = _SNAKE.get(name)
-        if snake is None:
-            snake = _SNAKE[name] = _snake(name)
-        if snake != name:
-            value = d.get(snake)
-    return value
-
-
-def _obj(value: Any, path: str) -> dict:
-    if not isinstance(value, dict):
-        raise _invalid(path, f"expected an object, got {_kind(value)}")
-    return value
-
-
-def _list(value: Any, path: str) -> list:
-    if not isinstance(value, list):
-        raise _invalid(path, f"expected a list, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
 
 
 def parse_body(body: bytes) -> dict:

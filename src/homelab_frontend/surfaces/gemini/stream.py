@@ -5,7 +5,7 @@
     for event in events:
         write(enc.feed(event))       # zero or one chunk, at once (never buffered but for calls)
     write(enc.finish())              # the upstream ended normally: the last chunk
-    # or, once something was written:  write(enc.fail(500, "INTERNAL", "..."))
+    # or, once something was written:  write(enc.fail("INTERNAL", "..."))
 
 Every chunk is one whole `GenerateContentResponse`:
 
@@ -107,7 +107,7 @@ class GeminiStreamEncoder:
         if self.state is ENDED:
             return b""
         if type(event) is c.UpstreamError:
-            return self.fail(*_ERRORS.get(event.kind, _ERRORS["api_error"]), event.message)
+            return self.fail(midstream_status(event.kind), event.message)
         parts = self._parts.feed(event)
         if not parts:
             return b""
@@ -127,9 +127,11 @@ class GeminiStreamEncoder:
         self.state = ENDED
         return out + (b"]" if self._framing == "array" else b"")
 
-    def fail(self, code: int, status: str, message: str) -> bytes:
+    def fail(self, status: str, message: str) -> bytes:
+        """`status`: a google.rpc.Code name (INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
         if self.state is ENDED:
             return b""
+        code = _CODES.get(status, 500)
         line = escape_separators(_encode({"error": {"code": code, "message": message, "status": status}}))
         if self._framing == "array":
             out = (b"[" if self.state is IDLE else b",\r\n") + line
@@ -162,14 +164,16 @@ class GeminiStreamEncoder:
         return head + chunk
 
 
-# canonical UpstreamError.kind -> (code, status) of the error the client is sent
-_ERRORS: dict[str, tuple[int, str]] = {
-    "api_error": (500, "INTERNAL"),
-    "overloaded_error": (503, "UNAVAILABLE"),
-    "timeout_error": (504, "DEADLINE_EXCEEDED"),
+# canonical UpstreamError.kind -> the status of the error the client is sent
+_STATUS_OF_KIND: dict[str, str] = {
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+    "timeout_error": "DEADLINE_EXCEEDED",
 }
+_CODES: dict[str, int] = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499,
+                          "INTERNAL": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
 
 
-def midstream_error(kind: str) -> tuple[int, str]:
-    """(code, status) for a failure of `kind` (an UpstreamError kind) after the stream began."""
-    return _ERRORS.get(kind, _ERRORS["api_error"])
+def midstream_status(kind: str) -> str:
+    """The status for a failure of `kind` (an UpstreamError kind) after the stream began."""
+    return _STATUS_OF_KIND.get(kind, "INTERNAL")

@@ -207,7 +207,7 @@ def test_failure_kinds(kind, code, status):
 
 def test_the_gateways_own_failure_midstream():
     enc = encoder()
-    raw = enc.feed(TextDelta("a")) + enc.fail(504, "DEADLINE_EXCEEDED", "the backend went silent")
+    raw = enc.feed(TextDelta("a")) + enc.fail("DEADLINE_EXCEEDED", "the backend went silent")
     with pytest.raises(genai_errors.APIError) as info:
         sdk_stream(raw)
     assert info.value.code == 504 and "went silent" in info.value.message
@@ -230,11 +230,11 @@ def test_array_framing_is_one_json_array_of_chunks():
 
 def test_array_framing_failure_leaves_the_array_open():
     enc = encoder(framing="array")
-    raw = enc.feed(TextDelta("a")) + enc.fail(500, "INTERNAL", "boom")
+    raw = enc.feed(TextDelta("a")) + enc.fail("INTERNAL", "boom")
     with pytest.raises(ValueError):
         json.loads(raw)
     assert json.loads(raw + b"]")[-1] == {"error": {"code": 500, "message": "boom", "status": "INTERNAL"}}
-    assert encoder(framing="array").fail(500, "INTERNAL", "x").startswith(b'[{"error"')
+    assert encoder(framing="array").fail("INTERNAL", "x").startswith(b'[{"error"')
 
 
 # ---------------------------------------------------------------------------------------------
