@@ -8,6 +8,7 @@ from ..errors import GatewayError
 from ..ops import admin, metrics
 from ..request.tracker import Tracked
 from ..surfaces.anthropic import handler as anthropic_surface
+from ..surfaces.gemini import handler as gemini_surface
 from ..surfaces.openai import handler as openai_surface
 from ..surfaces.responses import handler as responses_surface
 from .connguard import ConnectionGuard
@@ -42,6 +43,16 @@ def _unknown(dialect: str):
     return surface(dialect, handler)
 
 
+def _by_client(google, other):
+    """One path both dialects share: Google's clients (their key header, `?key=` or their client
+    header) get the Gemini answer, every other client the OpenAI one."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await (google if gemini_surface.is_google_client(request) else other)(request)
+
+    return handler
+
+
 async def _expect(request: web.Request) -> None:
     """`Expect: 100-continue` is answered as usual; any other expectation is ignored rather
     than refused with aiohttp's bare-text 417, so the client still gets its dialect's answer."""
@@ -58,7 +69,18 @@ def build_app(gw: Gateway) -> web.Application:
     r = app.router
     x = {"expect_handler": _expect}
     r.add_post("/llm/v1/chat/completions", surface("openai", openai_surface.chat_completions), **x)
-    r.add_get("/llm/v1/models", surface("openai", openai_surface.models), **x)
+    # GET /llm/v1/models is the OpenAI list, and the Gemini one for Google's clients (the GenAI
+    # SDK's default API version is v1); the rest of the Gemini API lives under v1beta and v1 alike.
+    r.add_get("/llm/v1/models", _by_client(surface("gemini", gemini_surface.list_models),
+                                           surface("openai", openai_surface.models)), **x)
+    r.add_get("/llm/v1/models/{name:.+}", _by_client(surface("gemini", gemini_surface.get_model),
+                                                     _unknown("openai")), **x)
+    r.add_post("/llm/v1/models/{target:.+}", surface("gemini", gemini_surface.model_method), **x)
+    for version in ("v1beta", "v1alpha"):
+        r.add_get(f"/llm/{version}/models", surface("gemini", gemini_surface.list_models), **x)
+        r.add_get(f"/llm/{version}/models/{{name:.+}}", surface("gemini", gemini_surface.get_model), **x)
+        r.add_post(f"/llm/{version}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
+        r.add_route("*", f"/llm/{version}/{{tail:.*}}", _unknown("gemini"), **x)
     r.add_post("/llm/v1/embeddings", surface("openai", openai_surface.embeddings), **x)
     r.add_post("/llm/v1/messages", surface("anthropic", anthropic_surface.messages), **x)
     r.add_post("/llm/v1/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)

@@ -35,10 +35,10 @@ def model_entry(name: str, model: str, context_length: int | None) -> dict[str, 
 
 
 def model_name(path_name: str) -> str:
-    """The model named in a URL segment (`gemini-2.5-flash`, or `models/gemini-2.5-flash` when a
-    client doubles the prefix); a `tunedModels/...` name or an empty one is a 404."""
+    """The model named in a URL path (`gemini-2.5-flash`, or `models/gemini-2.5-flash` when a
+    client doubles the prefix); an empty one is a 404."""
     name = path_name[len("models/"):] if path_name.startswith("models/") else path_name
-    if not name or "/" in name:
+    if not name:
         raise GatewayError("not_found", f"model {path_name!r} not found", param="model")
     return name
 
