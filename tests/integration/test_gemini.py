@@ -71,7 +71,7 @@ def test_generate_content_and_the_stream_say_the_same(stack, model, version):
     assert u.total_token_count == u.prompt_token_count + u.candidates_token_count
     assert chunks[-1].usage_metadata.candidates_token_count == u.candidates_token_count
     assert all(ch.usage_metadata is None for ch in chunks[:-1])
-    assert [r["body"].get("stream") for r in stub.requests()[-2:]] == [model == "gemma", True]
+    assert [bool(r["body"].get("stream")) for r in stub.requests()[-2:]] == [model == "gemma", True]
     recs = wait_for(lambda: log_of(gw, ":") if len(log_of(gw, f"/{version}/models/{model}:")) >= 2 else None, 5)
     mine = [r for r in recs if f"/{version}/models/{model}:" in r["path"]][-2:]
     assert [r["dialect"] for r in mine] == ["gemini", "gemini"] and all(r["outcome"] == "ok" for r in mine)
@@ -139,13 +139,14 @@ def test_json_schema_output_reaches_the_backend_as_a_constraint(stack):
     schema = types.Schema(type="OBJECT", properties={"complexity_reasoning": types.Schema(type="STRING"),
                                                      "complexity_score": types.Schema(type="INTEGER")},
                           required=["complexity_reasoning", "complexity_score"])
-    r = sdk(gw).models.generate_content(model="gemini-3.5-flash-lite", contents="how hard?",
+    client = sdk(gw)  # held: a Client closes its HTTP client when collected
+    r = client.models.generate_content(model="gemini-3.5-flash-lite", contents="how hard?",
                                         config=types.GenerateContentConfig(response_mime_type="application/json",
                                                                            response_schema=schema))
     assert json.loads(r.text) == {"complexity_reasoning": "hello", "complexity_score": 1}
     fmt = last_upstream(stack["gemma"])["response_format"]
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"]["properties"]["complexity_score"] == {"type": "integer"}
-    r = sdk(gw).models.generate_content(model="reasoning", contents="x", config=types.GenerateContentConfig(
+    r = client.models.generate_content(model="reasoning", contents="x", config=types.GenerateContentConfig(
         response_mime_type="application/json", response_json_schema={"type": "OBJECT", "properties": {"a": {"type": "BOOLEAN"}},
                                                                      "required": ["a"]}))
     assert json.loads(r.text) == {"a": True}
@@ -171,7 +172,8 @@ def test_models_list_and_get_in_googles_shape_and_openais_list_unbroken(stack):
     assert "generateContent" in listed["models/reasoning"].supported_actions
     got = client.models.get(model="gemini-2.5-flash")
     assert got.name == "models/gemini-2.5-flash" and got.input_token_limit == 4096 and "gemma" in got.display_name
-    assert {m.name for m in sdk(gw, version="v1beta").models.list()} == set(listed)
+    beta = sdk(gw, version="v1beta")
+    assert {m.name for m in beta.models.list()} == set(listed)
     with pytest.raises(genai_errors.ClientError) as info:
         client.models.get(model="nope")
     assert info.value.code == 404 and info.value.status == "NOT_FOUND"
@@ -182,8 +184,9 @@ def test_models_list_and_get_in_googles_shape_and_openais_list_unbroken(stack):
 
 def test_keys_as_google_sends_them(stack):
     gw = stack["gw"]
+    wrong = sdk(gw, key="wrong")
     with pytest.raises(genai_errors.ClientError) as info:
-        sdk(gw, key="wrong").models.generate_content(model="reasoning", contents="hi")
+        wrong.models.generate_content(model="reasoning", contents="hi")
     assert info.value.code == 401 and info.value.status == "UNAUTHENTICATED"
     body = {"contents": [{"parts": [{"text": "hi [stub content=1]"}]}]}
     url = gw.llm + "/v1beta/models/reasoning:generateContent"
@@ -214,9 +217,9 @@ def test_bad_requests_are_400s_naming_the_field(stack):
 
 def test_a_stream_that_breaks_is_an_error_the_sdk_raises(stack):
     gw, vllm = stack["gw"], stack["reasoning"]
-    got = []
+    got, client = [], sdk(gw)
     with pytest.raises(genai_errors.ServerError) as info:
-        for ch in sdk(gw).models.generate_content_stream(model="reasoning", contents="long [stub content=50 fail_after=3]"):
+        for ch in client.models.generate_content_stream(model="reasoning", contents="long [stub reasoning=0 content=50 fail_after=3]"):
             got.append(ch)
     assert got and info.value.code == 500 and "mid-stream" in info.value.message
     rec = wait_for(lambda: [r for r in log_of(gw, ":streamGenerateContent") if r["outcome"] != "ok"], 5)[-1]
@@ -237,7 +240,8 @@ def test_a_client_leaving_a_stream_cancels_the_generation(stack):
     gw, vllm = stack["gw"], stack["reasoning"]
     vllm.reset()
     before = vllm.log_text().count("cancelled")
-    stream = sdk(gw).models.generate_content_stream(model="reasoning", contents="long [stub content=400 delay_ms=20]")
+    client = sdk(gw)
+    stream = client.models.generate_content_stream(model="reasoning", contents="long [stub content=400 delay_ms=20]")
     next(stream)
     stream.close()  # the SDK closes the response: the connection goes away
     wait_for(lambda: vllm.log_text().count("cancelled") == before + 1, 5)
