@@ -13,8 +13,9 @@ taken from the stub and the gateway it measures. A Protocol that counts content 
 client is used for the direct and the gateway runs, so what it costs cancels in the ratios.
 
 What is counted (per request): status, time to the first content frame (TTFT; streams), content
-frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames),
-whether the stream ended properly (`data: [DONE]` / `message_stop`, no error frame), and the
+frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames;
+Gemini: chunks with a text part), whether the stream ended properly (`data: [DONE]` /
+`message_stop` / a `finishReason`, no error frame), and the
 gateway's `Server-Timing` header when present.
 """
 
@@ -31,6 +32,7 @@ _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]+")
 _OPENAI_CONTENT = re.compile(rb'"content": ?"[^"]')
 _ANTHROPIC_CONTENT = b"event: content_block_delta"
 _RESPONSES_CONTENT = b"event: response.output_text.delta"
+_GEMINI_CONTENT = b'data: {"candidates":[{"content":{"parts":[{"text":'  # Google frames end \r\n\r\n
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
@@ -54,6 +56,8 @@ class Conn(asyncio.Protocol):
         self.stream = stream
         self.anthropic = dialect == "anthropic"
         self.responses = dialect == "responses"
+        self.gemini = dialect == "gemini"
+        self._sep = b"\r\n\r\n" if self.gemini else b"\n\n"  # how a frame ends
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._fut: asyncio.Future | None = None
@@ -154,13 +158,19 @@ class Conn(asyncio.Protocol):
             self._body_tail = (self._body_tail + data)[-64:]
             return
         sse = self._sse + data
-        end = sse.rfind(b"\n\n")
+        sep = self._sep
+        end = sse.rfind(sep)
         if end < 0:
             self._sse = sse
             return
-        frames, self._sse = sse[: end + 2], sse[end + 2:]
+        end += len(sep)
+        frames, self._sse = sse[:end], sse[end:]
         res = self._res
-        if self.responses:
+        if self.gemini:
+            n = frames.count(_GEMINI_CONTENT)
+            if b'"finishReason"' in frames:
+                res.ok = True
+        elif self.responses:
             n = frames.count(_RESPONSES_CONTENT)
             if b"event: response.completed" in frames:
                 res.ok = True
