@@ -213,6 +213,15 @@ def test_bad_requests_are_400s_naming_the_field(stack):
     assert status == 400 and json.loads(raw)["error"]["message"].startswith("cachedContent:")
     status, _, raw = post_raw(stack["gw"].llm + "/v1beta/models/reasoning:predict", {}, {"x-goog-api-key": KEY})
     assert status == 404 and json.loads(raw)["error"]["status"] == "NOT_FOUND"
+    # the limits hold for Gemini's shapes: declarations sit inside tools[i], messages are contents
+    decls = [{"name": f"f{i}"} for i in range(513)]
+    status, _, raw = post_raw(stack["gw"].llm + "/v1beta/models/reasoning:generateContent",
+                              {"contents": [{"parts": [{"text": "x"}]}], "tools": [{"functionDeclarations": decls}]},
+                              {"x-goog-api-key": KEY})
+    assert status == 400 and "limits.max_tools" in json.loads(raw)["error"]["message"]
+    status, _, raw = post_raw(stack["gw"].llm + "/v1beta/models/reasoning:generateContent",
+                              {"contents": [{"parts": [{"text": "x"}]}] * 10001}, {"x-goog-api-key": KEY})
+    assert status == 400 and json.loads(raw)["error"]["message"].startswith("contents: 10001 contents")
 
 
 def test_a_stream_that_breaks_is_an_error_the_sdk_raises(stack):

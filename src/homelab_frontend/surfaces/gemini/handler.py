@@ -27,6 +27,7 @@ from aiohttp import web
 
 from ... import canonical as c
 from ...errors import GatewayError, clean_message
+from ...policy import limits
 from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
@@ -108,10 +109,19 @@ async def model_method(request: web.Request, gw: Gateway, t: Tracked) -> web.Str
                                     "streamGenerateContent, countTokens, embedContent, batchEmbedContents)")
 
 
+def _parse_generate(body: bytes, gw: Gateway, model: str, stream: bool) -> c.Request:
+    lim = gw.cfg.limits
+    limits.check_json(body, lim, counted=("contents",))  # Gateway.parse counted messages and tools
+    req = parse_request(body, model=model, stream=stream, signer=gw.signer)
+    if len(req.tools) > lim.max_tools:  # Gemini's declarations sit one level down, in tools[i]
+        raise GatewayError("invalid_request", f"tools: {len(req.tools)} function declarations is more than the "
+                                              f"limit of {lim.max_tools} (limits.max_tools)", param="tools")
+    return req
+
+
 async def _generate(request: web.Request, gw: Gateway, t: Tracked, model: str, stream: bool) -> web.StreamResponse:
     framing: Framing = "sse" if request.query.get("alt") == "sse" else "array"
-    front = await inbound(request, gw, t, DIALECT,
-                          lambda b: parse_request(b, model=model, stream=stream, signer=gw.signer))
+    front = await inbound(request, gw, t, DIALECT, lambda b: _parse_generate(b, gw, model, stream))
     turn = _Generate(front.parsed, gw, framing)
     async with exchange(request, gw, t, front, turn.req) as ex:
         return await answer(request, gw, t, ex, turn)
