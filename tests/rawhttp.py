@@ -60,17 +60,18 @@ def _dechunk(data: bytes) -> bytes:
 
 
 def post_and_vanish(url: str, body: dict, *, after_bytes: int = 0, after_s: float = 0.0,
-                    headers: dict | None = None, rst: bool = False) -> bytes:
-    """Send a request, read until `after_bytes` of response arrived (or `after_s` passed), then
-    drop the connection the way a killed client does. -> what was read."""
+                    until: bytes | None = None, headers: dict | None = None, rst: bool = False) -> bytes:
+    """Send a request, read until `after_bytes` of response arrived, or the bytes `until`
+    (or `after_s` passed), then drop the connection the way a killed client does. -> what was
+    read."""
     addr, req = _request_bytes(url, body, headers)
     s = socket.create_connection(addr, timeout=30)
     try:
         s.sendall(req)
         got = b""
         deadline = time.monotonic() + after_s
-        if after_bytes:
-            while len(got) < after_bytes:
+        if after_bytes or until is not None:
+            while len(got) < after_bytes or (until is not None and until not in got):
                 chunk = s.recv(65536)
                 if not chunk:
                     break

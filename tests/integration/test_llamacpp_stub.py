@@ -111,11 +111,15 @@ def test_leak_check_reads_requests_processing(gw, llama_stub):
     sock = socket.create_connection(addr, timeout=10)
     try:
         sock.sendall(req)
-        wait_for(lambda: gw.admin()["backends"]["llama"]["upstream_running"] == 1, 8)
-        assert gw.admin()["backends"]["llama"]["slot_mismatch"] == 0
+        # the upstream's own evidence that the stream runs there; then /admin/requests reads
+        # the backend's count on demand, so the figure is today's, whatever the probe interval
+        wait_for(lambda: llama_stub.stats()["in_flight"] == 1, 30)
+        llama = gw.admin()["backends"]["llama"]
+        assert (llama["upstream_running"], llama["slot_mismatch"]) == (1, 0)
+        assert llama["upstream_running_age_s"] is not None and llama["upstream_running_age_s"] >= 0
     finally:
         sock.close()
-    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 2)
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 10)
 
 
 def test_requests_right_after_streams_never_meet_a_closed_connection(gw):
@@ -126,3 +130,34 @@ def test_requests_right_after_streams_never_meet_a_closed_connection(gw):
         statuses.append(post_raw(gw.base + "/chat/completions", {
             "model": MODEL, "messages": [{"role": "user", "content": "[stub content=2]"}]})[0])
     assert statuses == [200] * 40
+
+
+def test_running_count_is_reread_while_a_slot_is_held(llama_stub):
+    """With a probe only once a minute, the backend's running count (here through /metrics,
+    which does not read it on demand) still follows a stream the gateway holds a slot for."""
+    import socket
+    import urllib.request
+
+    from rawhttp import _request_bytes
+
+    def gauge() -> float | None:
+        with urllib.request.urlopen(g.url + "/metrics", timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith('hlf_backend_upstream_running_requests{backend="llama"}'):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
+
+    cfg = config_for({"llama": {"url": llama_stub.base, "kind": "llamacpp", "slots": 2, "health_interval_s": 60}},
+                     {MODEL: {"backend": "llama", "upstream_model": "gemma-3-270m"}})
+    with Gateway(cfg) as g:
+        wait_for(lambda: gauge() == 0, 30)  # the first probe
+        addr, req = _request_bytes(g.base + "/chat/completions", {
+            "model": MODEL, "stream": True, "messages": [{"role": "user", "content": "[stub content=2000 delay_ms=20]"}]})
+        sock = socket.create_connection(addr, timeout=10)
+        try:
+            sock.sendall(req)
+            wait_for(lambda: llama_stub.stats()["in_flight"] == 1, 30)
+            wait_for(lambda: gauge() == 1, 30)  # long before the next probe, a minute on
+        finally:
+            sock.close()
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 5)

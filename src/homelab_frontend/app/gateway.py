@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from aiohttp import web
 
@@ -25,7 +25,7 @@ from ..policy import limits
 from ..policy.auth import Auth, Principal
 from ..policy.routing import BackendState, Router
 from ..request.tracker import Tracked, Tracker
-from ..surfaces.responses import handler as responses_surface
+from ..surfaces.responses.state import State as ResponsesState
 from ..surfaces.signature import ThinkingSigner
 from ..upstream import backend_kind
 from ..upstream.client import UpstreamClient
@@ -64,9 +64,10 @@ class Gateway:
         self.draining = False  # SIGTERM received: new requests are refused, running ones finish
         self._probes: dict[str, asyncio.Task] = {}
         self._kicked: dict[str, asyncio.Task] = {}
+        self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
         self._retiring: set[asyncio.Task] = set()
         self.apply(cfg)
-        self.responses = responses_surface.State(self)  # reasoning sealer and the response store
+        self.responses = ResponsesState(self)  # reasoning sealer and the response store
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -229,10 +230,42 @@ class Gateway:
                 await asyncio.sleep(0.5)
                 continue
             await self.probe(name)
-            await asyncio.sleep(self.backends[name].cfg.health_interval_s if name in self.backends else 1)
+            await self._until_next_probe(name)
+
+    async def _until_next_probe(self, name: str) -> None:
+        """One health interval; meanwhile, while a slot there is held, the backend's own running
+        count is re-read every `health.HELD_REFRESH_S` (ops/health.py says why)."""
+        state = self.backends.get(name)
+        if state is None:
+            await asyncio.sleep(1)
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + state.cfg.health_interval_s
+        while (left := end - loop.time()) > 0:
+            if not (state.up and health.reads_running(state)):
+                await asyncio.sleep(left)
+                return
+            await asyncio.sleep(min(left, health.HELD_REFRESH_S))
+            if state.pool.in_use and end - loop.time() > health.HELD_REFRESH_S / 4:
+                await self._read_running(name)
+
+    async def refresh_running(self) -> None:
+        """Re-read the running count of every backend (up) that tells it, for `/admin/requests`."""
+        names = [n for n, b in self.backends.items() if b.up and health.reads_running(b) and n in self.clients]
+        if names:
+            await asyncio.gather(*(self._read_running(n) for n in names))
+
+    def _read_running(self, name: str) -> Awaitable[None]:
+        """At most one read per backend in flight, whoever asks (dashboards poll every second)."""
+        task = self._reading.get(name)
+        if task is None or task.done():
+            state, client = self.backends[name], self.clients[name]
+            task = self._reading[name] = asyncio.get_running_loop().create_task(
+                health.leak_check(state, client, timeout_s=1.0))
+        return asyncio.shield(task)  # an admin request that goes away does not cancel the read
 
     async def close(self) -> None:
-        for task in [*self._probes.values(), *self._kicked.values()]:
+        for task in [*self._probes.values(), *self._kicked.values(), *self._reading.values()]:
             task.cancel()
         retiring = list(self._retiring)
         for task in retiring:

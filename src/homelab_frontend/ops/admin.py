@@ -3,6 +3,8 @@ Protected by the admin key when one is configured (see auth.Auth.is_admin)."""
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from .context import OPS_GATEWAY, OpsGateway
@@ -17,6 +19,7 @@ def _forbidden() -> web.Response:
 
 def snapshot(gw: OpsGateway) -> dict:
     backends = {}
+    now = time.monotonic()
     for name, b in gw.backends.items():
         backends[name] = {  # no URL: internal addresses stay internal
             "slots": b.pool.slots,
@@ -25,6 +28,9 @@ def snapshot(gw: OpsGateway) -> dict:
             "up": b.up,
             "last_error": b.last_error,
             "upstream_running": b.upstream_running,
+            # how old that reading is: it is re-read on this request, and while slots are held
+            "upstream_running_age_s": round(now - b.upstream_running_at, 3)
+            if b.upstream_running_at is not None else None,
             # the backend runs more than we hold: a leaked generation, or another client
             "slot_mismatch": (b.upstream_running - b.pool.in_use) if b.upstream_running is not None else None,
         }
@@ -41,6 +47,7 @@ async def list_requests(request: web.Request) -> web.Response:
     gw = _gw(request)
     if not gw.auth.is_admin(request):
         return _forbidden()
+    await gw.refresh_running()  # the backend's own count as of now, not as of the last probe
     if getattr(gw, "cluster", None) is None:
         return web.json_response(snapshot(gw))
     from . import cluster

@@ -27,6 +27,8 @@ class OpsGateway(Protocol):
 
     def reload(self) -> list[str]: ...
 
+    async def refresh_running(self) -> None: ...
+
 
 OPS_GATEWAY = web.AppKey("ops_gateway", OpsGateway)
 

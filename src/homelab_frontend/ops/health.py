@@ -1,10 +1,17 @@
 """Backend health: one cheap probe (GET /v1/models, never a generation) that also detects the
 backend's kind when the config leaves it out, and, for vLLM and llama.cpp, the leak check against
-the backend's own count of running requests."""
+the backend's own count of running requests.
+
+That count is read when it matters, not only once per probe interval: a figure sampled seconds ago
+beside slots held since reads as a leak (the dashboard showed `backend running 0` beside three
+held slots). So the gateway re-reads it every `HELD_REFRESH_S` while any slot of the backend is
+held, and on demand when `/admin/requests` is asked (reads coalesced, at most one per backend in
+flight); the snapshot shows its age (`upstream_running_age_s`)."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 import msgspec
 
@@ -61,17 +68,23 @@ def _detect(state: BackendState, doc: object) -> None:
 
 # The gauge in each server's /metrics that counts the requests it is running right now.
 _RUNNING = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
+HELD_REFRESH_S = 1.0  # how often the running count is re-read while the gateway holds a slot there
 
 
-async def leak_check(state: BackendState, client: UpstreamClient) -> None:
+def reads_running(state: BackendState) -> bool:
+    """Whether the backend tells its own running count (vLLM, llama.cpp)."""
+    return state.cfg.kind in _RUNNING
+
+
+async def leak_check(state: BackendState, client: UpstreamClient, timeout_s: float = 2.0) -> None:
     """Compare our slot count with the backend's own count of running requests (vLLM's
     num_requests_running, llama.cpp's requests_processing). More running there than we hold
     means generations nobody is waiting for (or another client of the backend); it is reported
     on /admin/requests and /metrics, never acted on blindly."""
     try:
-        text = await client.get_text("/metrics", timeout_s=2.0)
+        text = await client.get_text("/metrics", timeout_s=timeout_s)
     except GatewayError:
-        state.upstream_running = None
+        state.upstream_running = state.upstream_running_at = None
         return
     running = 0.0
     found = False
@@ -84,3 +97,4 @@ async def leak_check(state: BackendState, client: UpstreamClient) -> None:
             except ValueError:
                 pass
     state.upstream_running = int(running) if found else None
+    state.upstream_running_at = time.monotonic() if found else None

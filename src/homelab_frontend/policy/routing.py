@@ -57,6 +57,7 @@ class BackendState:
     last_error: str | None = None
     model_lens: dict[str, int] = field(default_factory=dict)  # from /v1/models max_model_len
     upstream_running: int | None = None  # the backend's own running count, where it tells
+    upstream_running_at: float | None = None  # time.monotonic() of that reading
     # `kind` left out of the config: cfg.kind is the detected one (upstream/backend_kind.py)
     auto_kind: bool = False
     detected_kind: str | None = None

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Callable, Protocol, TypeVar
+from typing import Any, AsyncContextManager, Callable, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -13,10 +13,8 @@ from ..policy.auth import Auth, Principal
 from ..policy.routing import BackendState, Router
 from ..request.tracker import Tracked, Tracker
 from ..upstream.client import UpstreamClient
+from .responses.state import State as ResponsesState
 from .signature import ThinkingSigner
-
-if TYPE_CHECKING:
-    from .responses.handler import State as ResponsesState
 
 T = TypeVar("T")
 

@@ -1,10 +1,12 @@
 """Canonical events from an open upstream stream, for the surfaces that translate (Anthropic
-Messages, OpenAI Responses): one reader, so first-token timing, progress for the watchdog, the
-gateway's own stop matching and the "ended without finishing" rule are the same in both."""
+Messages, OpenAI Responses, and every dialect on surfaces/skeleton.py): one reader, so the
+record's usage and first token (surfaces/usage.py, folded per upstream chunk), progress for the
+watchdog, the gateway's own stop matching and the "ended without finishing" rule are the same in
+all of them."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 import aiohttp
 
@@ -13,8 +15,7 @@ from ..request.exchange import Exchange
 from ..upstream.stopmatch import StopMatcher
 from ..upstream.decode import ChunkDecoder
 from ..upstream.read import UpstreamTooLarge
-
-CONTENT = (c.TextDelta, c.ReasoningDelta, c.ToolCallStart, c.ToolArgsDelta)
+from .usage import UsageFold
 
 
 class Midstream(Exception):
@@ -26,15 +27,13 @@ class Midstream(Exception):
 
 
 async def stream_events(
-    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None,
-    on_first: Callable[[], None] | None = None,
+    upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None, fold: UsageFold,
 ) -> AsyncIterator[list[c.Event]]:
-    """Batches of canonical events from an upstream SSE body, as they arrive. Ends normally only
-    when the upstream finished (`[DONE]`) or a gateway-side stop sequence fired. `on_first` is
-    called at the first generated token, whose batch is yielded at once, without the rest of
-    what arrived with it."""
+    """Batches of canonical events from an upstream SSE body, as they arrive, each chunk's usage
+    folded into the record. Ends normally only when the upstream finished (`[DONE]`) or a
+    gateway-side stop sequence fired. The batch holding the first generated token is yielded at
+    once, without the rest of what arrived with it."""
     decoder = ChunkDecoder()
-    first = True
     try:
         async for batch in ex.client.sse(upstream):
             ex.progress += 1
@@ -44,10 +43,7 @@ async def stream_events(
                 if matcher is not None:
                     got = [e2 for e in got for e2 in matcher.feed(e)]
                 events.extend(got)
-                if first and any(isinstance(e, CONTENT) for e in got):
-                    first = False
-                    if on_first is not None:
-                        on_first()
+                if fold.chunk(got):
                     yield events
                     events = []
             if events:

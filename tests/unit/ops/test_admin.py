@@ -30,5 +30,6 @@ def test_snapshot(tmp_path):
     snap = asyncio.run(main())
     assert [r["id"] for r in snap["requests"]] == ["req_s"]
     assert snap["backends"]["gpu0"] == {"slots": 4, "in_use": 1, "queued": 0, "up": True, "last_error": None,
-                                        "upstream_running": 3, "slot_mismatch": 2}
+                                        "upstream_running": 3, "upstream_running_age_s": None,
+                                        "slot_mismatch": 2}
     assert "10.1.2.3" not in repr(snap)  # internal addresses stay internal

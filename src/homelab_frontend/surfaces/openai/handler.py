@@ -6,19 +6,21 @@ is first decoded and checked by the one decoder (upstream_decode): what is not a
 is never relayed, but ends the request with a 502 (or an error chunk once streaming). The same
 decode serves accounting: first token, usage, a mid-stream error. The gateway always asks the
 upstream for usage (for its logs and metrics) and drops the usage-only chunk when the client did
-not ask for it.
+not ask for it. The front half (read, parse, route, admit, exchange) is the skeleton's
+(surfaces/skeleton.py); the per-chunk loop is its own, folding usage with `UsageFold.add`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import NamedTuple
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
-from ...policy.affinity import session_key
+from ... import canonical as c
 from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
 from ...request.exchange import Exchange, client_gone
@@ -37,11 +39,12 @@ from ...upstream.read import UpstreamTooLarge
 from ..body import decode_object
 from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
-from .request import parse_request
 from ..context import Gateway
+from ..skeleton import SSE_HEADERS, exchange, inbound
+from ..usage import UsageFold
+from .request import StreamOptions, parse_request
 
 _encode = msgspec.json.encode
-SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
 def error_chunk(message: str, kind: str = "api_error") -> bytes:
@@ -62,15 +65,30 @@ def _checked_completion(raw: bytes, ex: Exchange, t: Tracked):
     return doc
 
 
+class _Chat(NamedTuple):
+    """The parsed request as the skeleton's step 1 takes it (`model`, `stream`)."""
+
+    req: c.Request
+    usage: StreamOptions
+
+    @property
+    def model(self) -> str:
+        return self.req.model
+
+    @property
+    def stream(self) -> bool:
+        return self.req.stream
+
+
+def _parse(body: bytes) -> _Chat:
+    return _Chat(*parse_request(body))
+
+
 async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
-    body = await gw.read_body(request)
-    req, usage_opts = await gw.parse(body, parse_request)
-    t.model, t.stream = req.model, req.stream
-    route = gw.router.resolve(req.model)
-    principal = gw.auth.admit(request, route, "openai")
-    session = session_key(request.headers, req) if route.wants_session else None
-    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
-        await ex.admit()
+    front = await inbound(request, gw, t, "openai", _parse)
+    req, usage_opts = front.parsed
+    route = front.route
+    async with exchange(request, gw, t, front, req) as ex:
         # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
         streamed = req.stream or ex.backend.cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
@@ -131,7 +149,8 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
     done = False
     failure: str | None = None
     failure_type = "api_error"
-    first = True
+    fold = UsageFold(t, ex)
+    add = fold.add
     # the rewrite's fast path inline (see model_rewrite): one replace per chunk, as it always was
     needle, repl = rewrite.needle, rewrite.repl
     try:
@@ -155,26 +174,29 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
                 if info.error is not None or info.object == "error":
                     failure = f"the backend failed mid-stream: {chunk_error(info).message}"
                     break
-                if info.usage is not None:
-                    t.tokens_in = info.usage.prompt_tokens
-                    if info.usage.cached is not None:
-                        t.tokens_cached = info.usage.cached
-                    if info.usage.completion_tokens is not None:
-                        t.tokens_out = info.usage.completion_tokens
-                    if not info.choices and not client_wants_usage:
-                        continue
-                elif info.choices:
+                generated = 0
+                if info.choices:
                     d = info.choices[0].delta
                     if d is not None and (d.content or d.reasoning or d.reasoning_content or d.tool_calls):
-                        t.tokens_out += 1
-                        if first:
-                            first = False
-                            ex.first_token()
-                            # the first token goes out at once, not after the rest of its batch
-                            frames.append(b"data: " + payload + b"\n\n")
-                            await ex.send(out, b"".join(frames))
-                            frames = []
-                            continue
+                        generated = 1
+                u = info.usage
+                if u is not None:  # vLLM's continuous usage rides on the chunks that generate
+                    if add(u.prompt_tokens, u.completion_tokens, u.cached, generated):
+                        frames.append(b"data: " + payload + b"\n\n")
+                        await ex.send(out, b"".join(frames))  # the first token goes out at once
+                        frames = []
+                        continue
+                    if not info.choices and not client_wants_usage:
+                        continue
+                elif generated:
+                    if fold.first:
+                        add(None, None, None, 1)
+                        # the first token goes out at once, not after the rest of its batch
+                        frames.append(b"data: " + payload + b"\n\n")
+                        await ex.send(out, b"".join(frames))
+                        frames = []
+                        continue
+                    t.tokens_out += 1  # UsageFold.add's rule for a chunk with no usage, inline: the hot path
                 frames.append(b"data: " + payload + b"\n\n")
             if frames:
                 await ex.send(out, b"".join(frames))

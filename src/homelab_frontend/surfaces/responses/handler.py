@@ -1,6 +1,8 @@
 """The OpenAI Responses surface: POST /llm/v1/responses (plain and streaming), GET and DELETE
-/llm/v1/responses/{id}. Glue only: parsing is in request.py, the stream grammar in stream.py, the
-Response object in response.py, stored responses in store.py, reasoning blobs in sealed.py.
+/llm/v1/responses/{id}. The dialect's parts only: the request/answer cycle is surfaces/skeleton.py;
+parsing is in request.py, the stream grammar in stream.py, the Response object in response.py,
+stored responses in store.py (the surface's share of the gateway in state.py), reasoning blobs
+in sealed.py.
 
 Like the Anthropic surface, a streaming request sends no headers while it waits for a slot and
 for the upstream's answer, so a refusal is still a whole HTTP error (429 with Retry-After, 400
@@ -13,45 +15,28 @@ a client that continues with `previous_response_id` at once always finds it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import msgspec
 from aiohttp import web
 
 from ... import canonical as c
+from ...errors import GatewayError
 from ...policy import limits
-from ...request.context_clamp import open_chat
-from ...errors import GatewayError, clean_message
-from ...policy.affinity import session_key
 from ...request.exchange import Exchange
-from ...request.tracker import GENERATING, Tracked
-from ...upstream.decode import Malformed, decode_completion
-from ..upstream_events import Midstream, stream_events
+from ...request.tracker import Tracked
+from ..context import Gateway
+from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
 from .response import base_response, new_id
 from .sealed import ReasoningSealer
-from .store import Record, RedisStore, SqliteStore
+from .state import State
+from .store import Record
 from .stream import ResponsesStreamEncoder
-from ..context import Gateway
 
 log = logging.getLogger("homelab_frontend")
-SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 _encode = msgspec.json.encode
-_GENERATED = (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)
-
-
-class State:
-    """The surface's share of the gateway: the reasoning sealer and the response store."""
-
-    def __init__(self, gw: Gateway) -> None:
-        self.sealer = ReasoningSealer(gw.signer)
-        cfg = gw.cfg.responses.store
-        self.store = RedisStore(cfg, gw.cluster.client) if gw.cluster is not None else SqliteStore(cfg)
-
-    async def close(self) -> None:
-        await self.store.close()
 
 
 def _parse(body: bytes, lim, sealer: ReasoningSealer) -> ParsedRequest:
@@ -96,113 +81,61 @@ def conversation(history: list[c.Message], parsed: ParsedRequest, output: list[d
     return [*history, *parsed.messages, answer]
 
 
-def _count(t: Tracked, enc: ResponsesStreamEncoder) -> None:
-    if enc.prompt_tokens is not None:
-        t.tokens_in = enc.prompt_tokens
-    if enc.output_tokens is not None:
-        t.tokens_out = enc.output_tokens
+class _Response(Turn):
+    """One Responses request on the skeleton (surfaces/skeleton.py). Its one encoder serves both
+    the stream and the whole answer (`enc.response()` is the Response object either way)."""
 
+    midstream_code = "server_error"
 
-async def _whole_events(ex: Exchange, req: c.Request, t: Tracked) -> list[c.Event]:
-    """The canonical events of a whole answer. From a backend that cannot stop a plain generation
-    whose client left (config.Backend.streams_upstream: llama.cpp) the answer is read as a stream,
-    so that a client leaving closes it and llama.cpp stops at its next token."""
-    if ex.backend.cfg.streams_upstream:
-        upstream = await open_chat(ex, req, stream=True)
-        t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
-        try:
-            return [ev async for events in stream_events(upstream, ex, None) for ev in events]
-        except Midstream as err:
-            kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
-            raise GatewayError(kind, str(err)) from None
-    upstream = await open_chat(ex, req, stream=False)
-    raw = await ex.client.read_all(upstream)
-    ex.complete = True
-    try:
-        return decode_completion(raw)
-    except ValueError as err:  # Malformed, or an error body sent with 200
-        kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
-        raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+    def __init__(self, state: State, parsed: ParsedRequest, history: list[c.Message], owner: str) -> None:
+        self.state, self.parsed, self.history, self.owner = state, parsed, history, owner
+        self.req = parsed.canonical(history)
+        self.resp_id = new_id("resp_")
+        self.enc = ResponsesStreamEncoder(base=base_response(self.resp_id, parsed, parsed.previous_response_id),
+                                          names=parsed.names,
+                                          sealer=state.sealer if parsed.include_encrypted else None)
+
+    def encoder(self) -> ResponsesStreamEncoder:
+        return self.enc
+
+    def own_failure_code(self, err: GatewayError) -> str:
+        return failure_code(err)
+
+    def whole(self, events: list[c.Event], ex: Exchange) -> dict:
+        enc = self.enc
+        for ev in events:
+            enc.feed(ev)
+        if enc.failed:
+            assert ex.backend is not None
+            raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {enc.response()['error']['message']}")
+        enc.finish()
+        return enc.response()
+
+    async def before_final(self) -> None:
+        # stored before the client sees the answer: a continuation sent at once finds it
+        enc, parsed = self.enc, self.parsed
+        if parsed.store and not enc.failed:
+            rec = Record(self.owner, enc.response(), conversation(self.history, parsed, enc.output))
+            await _save(self.state, self.resp_id, rec)
 
 
 async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     state: State = gw.responses
-    body = await gw.read_body(request)
-    parsed = await gw.parse(body, lambda b: _parse(b, gw.cfg.limits, state.sealer))
-    t.model, t.stream = parsed.model, parsed.stream
-    route = gw.router.resolve(parsed.model)
-    principal = gw.auth.admit(request, route, "responses")
-    owner = _owner(principal)
+    front: Inbound[ParsedRequest] = await inbound(request, gw, t, "responses",
+                                                   lambda b: _parse(b, gw.cfg.limits, state.sealer))
+    parsed = front.parsed
+    owner = _owner(front.principal)
     history: list[c.Message] = []
     prev = parsed.previous_response_id
-    if prev:
+    if prev:  # before admission: a conversation that is not there costs no slot
         rec = await _load(state, prev, owner, "previous_response_id")
         if rec is None:
             raise GatewayError("not_found", f"previous_response_id: no response with id {prev!r}",
                                param="previous_response_id")
         history = rec.history
-    req = parsed.canonical(history)
-    resp_id = new_id("resp_")
-    enc = ResponsesStreamEncoder(base=base_response(resp_id, parsed, prev), names=parsed.names,
-                                 sealer=state.sealer if parsed.include_encrypted else None)
-
-    async def keep() -> None:
-        if parsed.store and not enc.failed:
-            await _save(state, resp_id, Record(owner, enc.response(), conversation(history, parsed, enc.output)))
-
-    session = session_key(request.headers, req) if route.wants_session else None
-    async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
-        await ex.admit()
-        if not req.stream:
-            for ev in await _whole_events(ex, req, t):
-                enc.feed(ev)
-            if enc.failed:
-                raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {enc.response()['error']['message']}")
-            enc.finish()
-            _count(t, enc)
-            await keep()
-            out = web.Response(body=_encode(enc.response()), content_type="application/json", headers=gw.headers(t))
-            await out.prepare(request)
-            await out.write_eof()
-            return out
-        upstream = await open_chat(ex, req, stream=True, continuous_usage=True)
-        out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
-        await out.prepare(request)
-        try:
-            await _relay(upstream, ex, t, enc, out, keep)
-        except GatewayError as err:  # our own timeout or cancel, after the stream started
-            t.fail(err.kind)
-            await out.write(enc.fail(failure_code(err), err.message))
-        await out.write_eof()
-        await ex.drain()
-        return out
-
-
-async def _relay(upstream, ex: Exchange, t: Tracked, enc: ResponsesStreamEncoder, out, keep) -> None:
-    try:
-        async for events in stream_events(upstream, ex, None, ex.first_token):
-            frames = []
-            for ev in events:
-                if type(ev) in _GENERATED:
-                    t.tokens_out += 1  # a running count for /admin; the upstream's usage replaces it
-                frames.append(enc.feed(ev))
-            await ex.send(out, b"".join(frames))
-            if enc.ended:
-                t.fail("upstream_midstream", override=True)
-                _count(t, enc)
-                return
-        _count(t, enc)
-        tail = enc.finish()
-        await keep()
-        await out.write(tail)
-    except Midstream as err:
-        t.fail(err.kind, override=True)
-        await out.write(enc.fail("server_error", str(err)))
-    except asyncio.CancelledError:
-        err = ex.own_cancel()
-        if err is None:
-            raise
-        raise err from None
+    turn = _Response(state, parsed, history, owner)
+    async with exchange(request, gw, t, front, turn.req) as ex:
+        return await answer(request, gw, t, ex, turn)
 
 
 async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:

@@ -1,0 +1,256 @@
+"""The one skeleton every client surface runs on: read, parse, route, admit, exchange, then a
+stream or a whole answer. A dialect supplies only its pure parts; the I/O, the slot, the record
+and the failure rules live here once.
+
+The steps, and who does what:
+
+1. `inbound(request, gw, t, dialect, parse)`: read the body (`Gateway.read_body`: the size limit),
+   parse it (`Gateway.parse`: nesting and count limits, then the dialect's pure `parse`, off the
+   loop for large bodies), set `t.model` / `t.stream`, resolve the route, check the key may use
+   it (`auth.admit`, 401/403 in the caller's dialect). -> `Inbound` (body, parsed, route,
+   principal). Anything the dialect must do before admission (Responses: load the conversation
+   of `previous_response_id`; a 404 then costs no slot) happens between this step and the next.
+2. `exchange(request, gw, t, front, req)`: the key's concurrency hold, the `Exchange` (session
+   affinity key from the canonical request), `ex.admit()` (the slot; phase `queued`, 429/503
+   with Retry-After). An async context manager: leaving it, however, closes the upstream and
+   gives the slot back (request/exchange.py).
+3. `answer(request, gw, t, ex, turn)`, for a dialect that translates (`Turn`): gateway-side stop
+   matching where the backend does not report which stop fired (upstream_events.gateway_stops),
+   then
+   * a whole answer: from a plain upstream answer, or folded from an upstream stream when the
+     backend cannot stop a plain generation (`Backend.streams_upstream`) or the gateway matches
+     stops itself; `turn.whole(events, ex)` assembles the dialect's JSON body;
+   * a stream: `open_chat` (continuous usage asked for), the headers (`turn.stream_headers`, sent
+     only now: a refusal before this is still a whole HTTP error clients retry on), the canonical
+     events through `turn.encoder()`, keep-alive pings when `turn.ping_interval` is set (the
+     watchdog's `on_idle` for a silent upstream, and here for an upstream whose deltas encode to
+     nothing, such as hidden reasoning), then `turn.finish(enc, ex)`; an upstream failure mid-
+     stream is `enc.fail(turn.midstream_code, message)`, the gateway's own cancel or timeout
+     `enc.fail(turn.own_failure_code(err), message)`; `write_eof`, then `ex.drain()` so the
+     upstream connection goes back to the pool.
+   `turn.before_final()` runs after the answer is complete and before its last bytes leave
+   (Responses stores the response there, so a continuation sent at once finds it).
+
+The OpenAI Chat Completions surface is a relay, not a translation (upstreams speak it): it uses
+steps 1 and 2 and keeps its own per-chunk loop (openai/handler.py), which folds usage through
+the same `UsageFold.add`.
+
+Where usage is folded into the record: `surfaces/usage.py`, once per upstream chunk, in
+`upstream_events.stream_events` (both a stream and a whole answer read as a stream) and through
+`UsageFold.whole` for a plain upstream answer. Encoders keep their own copy of the upstream's
+counts for the wire (their `Usage.over`); the record never reads them.
+
+What a dialect supplies (all pure, unit tested without sockets):
+* a parser `bytes -> P` where P has `.model` and `.stream` (a `canonical.Request`, or the
+  dialect's own parsed form that becomes one, like Responses' `ParsedRequest`);
+* a `Turn` subclass for one request: `req`, `encoder()` (a `StreamEncoder`), `whole()`, and the
+  optional hooks below with their defaults;
+* its error renderer (`surfaces/<dialect>/errors.py`, registered in app/lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable, ClassVar, Generic, Protocol, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from .. import canonical as c
+from ..errors import GatewayError, clean_message
+from ..policy.affinity import session_key
+from ..policy.auth import Principal
+from ..policy.routing import Route
+from ..request.context_clamp import open_chat
+from ..request.exchange import Exchange
+from ..request.tracker import GENERATING, Tracked
+from ..upstream.decode import Malformed, decode_completion
+from ..upstream.stopmatch import StopMatcher
+from .context import Gateway
+from .upstream_events import Midstream, gateway_stops, stream_events
+from .usage import UsageFold
+
+SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+_encode = msgspec.json.encode
+
+
+class Parsed(Protocol):
+    model: str
+    stream: bool
+
+
+P = TypeVar("P", bound=Parsed)
+
+
+class Inbound(Generic[P]):
+    """A request read, parsed, routed and let in by its key (step 1)."""
+
+    __slots__ = ("body", "parsed", "route", "principal")
+
+    def __init__(self, body: bytes, parsed: P, route: Route, principal: Principal) -> None:
+        self.body = body
+        self.parsed = parsed
+        self.route = route
+        self.principal = principal
+
+
+async def inbound(request: web.Request, gw: Gateway, t: Tracked, dialect: str,
+                  parse: Callable[[bytes], P]) -> Inbound[P]:
+    """Step 1. `dialect` is the key scope `auth.admit` checks ("openai", "anthropic", ...)."""
+    body = await gw.read_body(request)
+    parsed = await gw.parse(body, parse)
+    t.model, t.stream = parsed.model, parsed.stream
+    route = gw.router.resolve(parsed.model)
+    principal = gw.auth.admit(request, route, dialect)
+    return Inbound(body, parsed, route, principal)
+
+
+@asynccontextmanager
+async def exchange(request: web.Request, gw: Gateway, t: Tracked, front: Inbound,
+                   req: c.Request) -> AsyncIterator[Exchange]:
+    """Step 2: the key's hold and an admitted Exchange, for the block's duration."""
+    session = session_key(request.headers, req) if front.route.wants_session else None
+    async with gw.hold(front.principal), Exchange(t, front.route, gw.clients, front.principal, session) as ex:
+        await ex.admit()
+        yield ex
+
+
+class StreamEncoder(Protocol):
+    """A dialect's stream grammar as a pure state machine (its own module, unit tested with the
+    dialect's SDK as the oracle). `ping()` is needed only by a Turn with a `ping_interval`."""
+
+    @property
+    def ended(self) -> bool:
+        """A terminal frame was written (a failure the upstream sent in-band): nothing follows."""
+        ...
+
+    def feed(self, event: c.Event) -> bytes: ...
+
+    def finish(self) -> bytes: ...
+
+    def fail(self, code: str, message: str) -> bytes: ...
+
+
+class Turn:
+    """One request in a translating dialect: what `answer` asks of it. Subclass it; set `req` in
+    the constructor and override `encoder` and `whole`; the rest are defaults."""
+
+    stream_headers: ClassVar[dict[str, str]] = SSE_HEADERS
+    midstream_code: ClassVar[str] = "api_error"  # the error code for an upstream failing mid-stream
+    ping_interval: float | None = None  # keep-alive pings (encoder.ping()) every so many seconds
+    req: c.Request
+
+    def encoder(self) -> StreamEncoder:
+        """A fresh encoder for this answer's stream (called once the headers are sent)."""
+        raise NotImplementedError
+
+    def whole(self, events: list[c.Event], ex: Exchange) -> object:
+        """The whole answer's JSON body (anything msgspec encodes) from all its canonical events;
+        its counts are already in `ex.t`. Raises GatewayError for an upstream failure."""
+        raise NotImplementedError
+
+    def own_failure_code(self, err: GatewayError) -> str:
+        """The error code of a stream the gateway itself ended (a timeout, an operator's cancel)."""
+        return "api_error"
+
+    def finish(self, enc: StreamEncoder, ex: Exchange) -> bytes:
+        """The stream's last frames after a normal end (the record's counts are final)."""
+        return enc.finish()
+
+    async def before_final(self) -> None:
+        """The answer is complete and about to leave (stream: before its final frames)."""
+
+
+async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, turn: Turn) -> web.StreamResponse:
+    """Step 3 for a translating dialect: the whole answer or the stream, written to the client."""
+    req = turn.req
+    stops = gateway_stops(req, ex)
+    matcher = StopMatcher(req.stop) if stops else None
+    if not req.stream:
+        events = await whole_events(ex, req, matcher)
+        body = turn.whole(events, ex)
+        await turn.before_final()
+        out = web.Response(body=_encode(body), content_type="application/json", headers=gw.headers(t))
+        await out.prepare(request)
+        await out.write_eof()
+        return out
+    if turn.ping_interval:
+        ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
+    upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not stops)
+    out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
+    await out.prepare(request)
+    enc = turn.encoder()
+    if ex.ping_interval:
+        ex.on_idle = lambda: out.write(enc.ping())  # type: ignore[attr-defined]
+    try:
+        await _relay(upstream, ex, t, turn, enc, out, matcher)
+    except GatewayError as err:  # our own timeout or cancel, after the stream started
+        t.fail(err.kind)
+        await out.write(enc.fail(turn.own_failure_code(err), err.message))
+    await out.write_eof()
+    await ex.drain()
+    return out
+
+
+async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None) -> list[c.Event]:
+    """The canonical events of a whole answer, its usage folded into the record. Read as a stream
+    for the gateway's stop matching, or from a backend that cannot stop a plain generation whose
+    client left (config.Backend.streams_upstream: llama.cpp), so that closing it stops the
+    generation at its next token."""
+    assert ex.backend is not None
+    fold = UsageFold(ex.t, ex, first=False)  # no first token to report to a client that waits for it all
+    if matcher is None and not ex.backend.cfg.streams_upstream:
+        upstream = await open_chat(ex, req, stream=False)
+        raw = await ex.client.read_all(upstream)
+        ex.complete = True
+        try:
+            events = decode_completion(raw)
+        except ValueError as err:  # Malformed, or an error body sent with 200
+            kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+            raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        fold.whole(events)
+        return events
+    upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None)
+    ex.t.phase = GENERATING
+    try:
+        return [ev async for events in stream_events(upstream, ex, matcher, fold) for ev in events]
+    except Midstream as err:
+        kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
+        raise GatewayError(kind, str(err)) from None
+
+
+async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEncoder, out, matcher) -> None:
+    # A batch whose events encode to nothing (hidden reasoning) is upstream progress, so the
+    # watchdog does not ping: with a ping interval, the client still gets one every interval.
+    loop = asyncio.get_running_loop()
+    quiet_since: float | None = None
+    feed = enc.feed
+    fold = UsageFold(t, ex)
+    try:
+        async for events in stream_events(upstream, ex, matcher, fold):
+            data = b"".join([feed(ev) for ev in events])
+            if data:
+                await ex.send(out, data)
+                quiet_since = None
+            elif ex.ping_interval:
+                now = loop.time()
+                if quiet_since is None:
+                    quiet_since = now
+                elif now - quiet_since >= ex.ping_interval:
+                    await ex.send(out, enc.ping())  # type: ignore[attr-defined]
+                    quiet_since = now
+            if enc.ended:
+                t.fail("upstream_midstream", override=True)
+                return
+        tail = turn.finish(enc, ex)
+        await turn.before_final()
+        await out.write(tail)
+    except Midstream as err:
+        t.fail(err.kind, override=True)
+        await out.write(enc.fail(turn.midstream_code, str(err)))
+    except asyncio.CancelledError:
+        err = ex.own_cancel()
+        if err is None:
+            raise
+        raise err from None
