@@ -75,6 +75,12 @@ class PartMachine:
         self._ids: set[str] = set()
         self._new_id = new_call_id
 
+    @property
+    def holding(self) -> bool:
+        """Something is held (a call, whitespace after one, reasoning not yet sealed): only then
+        does a text delta need `feed`; otherwise it is a plain text part of its own."""
+        return bool(self._calls or self._held_ws or self._reasoning)
+
     def feed(self, ev: c.Event) -> list[Part]:
         kind = type(ev)
         if kind is c.TextDelta:

@@ -56,6 +56,8 @@ from .parts import CALL, TEXT, THOUGHT, PartMachine, part_json
 from .rules import escape_separators, finish_reason, new_call_id, usage_metadata
 
 _encode = msgspec.json.Encoder().encode
+_TextDelta = c.TextDelta
+_Usage = c.Usage
 
 IDLE = "IDLE"
 STREAMING = "STREAMING"
@@ -65,8 +67,8 @@ Framing = Literal["sse", "array"]
 
 
 class GeminiStreamEncoder:
-    __slots__ = ("model", "response_id", "state", "failed", "_parts", "_framing", "_text_head", "_tail",
-                 "_thought_tail", "_tail_obj")
+    __slots__ = ("model", "response_id", "state", "failed", "_parts", "_framing", "_lead", "_next_lead",
+                 "_trail", "_text_head", "_text_tail", "_thought_tail", "_tail_obj")
 
     def __init__(self, *, model: str, response_id: str, signer: ThinkingSigner, include_thoughts: bool,
                  framing: Framing = "sse", new_call_id: Callable[[], str] = new_call_id) -> None:
@@ -76,10 +78,17 @@ class GeminiStreamEncoder:
         self.failed = False
         self._parts = PartMachine(signer=signer, include_thoughts=include_thoughts, new_call_id=new_call_id)
         self._framing = framing
+        # what goes before and after each chunk: `data: ` ... blank line, or the array's punctuation
+        if framing == "sse":
+            self._lead = self._next_lead = b"data: "
+            self._trail = b"\r\n\r\n"
+        else:
+            self._lead, self._next_lead, self._trail = b"[", b",\r\n", b""
         # the hot path (one chunk per streamed token) is a fixed head, the text, a fixed tail
-        tail = b',"index":0}],"modelVersion":' + _encode(model) + b',"responseId":' + _encode(response_id) + b"}"
+        tail = escape_separators(b',"index":0}],"modelVersion":' + _encode(model) + b',"responseId":'
+                                 + _encode(response_id) + b"}") + self._trail
         self._text_head = b'{"candidates":[{"content":{"parts":[{"text":'
-        self._tail = b'}],"role":"model"}' + tail
+        self._text_tail = b'}],"role":"model"}' + tail
         self._thought_tail = b',"thought":true}],"role":"model"}' + tail
         self._tail_obj = {"modelVersion": model, "responseId": response_id}
 
@@ -106,16 +115,24 @@ class GeminiStreamEncoder:
     def feed(self, event: c.Event) -> bytes:
         if self.state is ENDED:
             return b""
-        if type(event) is c.UpstreamError:
+        kind = type(event)
+        pm = self._parts
+        # the hot path, one call per streamed token: a text delta with nothing held before it,
+        # and the usage report that rides on most of vLLM's chunks
+        if kind is _TextDelta and not pm.holding:
+            return self._text(event.text, self._text_tail) if event.text else b""
+        if kind is _Usage:
+            pm.usage = event.over(pm.usage)
+            return b""
+        if kind is c.UpstreamError:
             return self.fail(midstream_status(event.kind), event.message)
-        parts = self._parts.feed(event)
+        parts = pm.feed(event)
         if not parts:
             return b""
         if len(parts) == 1:
             kind, text, sig = parts[0]
             if sig is None and kind is not CALL:
-                tail = self._tail if kind is TEXT else self._thought_tail
-                return self._frame(self._text_head + _encode(text) + tail)
+                return self._text(text, self._text_tail if kind is TEXT else self._thought_tail)
         return self._frame(self._chunk([part_json(p) for p in parts]))
 
     def finish(self) -> bytes:
@@ -154,14 +171,18 @@ class GeminiStreamEncoder:
         obj.update(self._tail_obj)
         return _encode(obj)
 
-    def _frame(self, chunk: bytes) -> bytes:
-        chunk = escape_separators(chunk)
-        if self._framing == "sse":
-            self.state = STREAMING
-            return b"data: " + chunk + b"\r\n\r\n"
-        head = b"[" if self.state is IDLE else b",\r\n"
+    def _text(self, text: str, tail: bytes) -> bytes:
+        # only the text varies: it alone needs the separators escaped
+        lead = self._lead
+        self._lead = self._next_lead
         self.state = STREAMING
-        return head + chunk
+        return lead + self._text_head + escape_separators(_encode(text)) + tail
+
+    def _frame(self, chunk: bytes) -> bytes:
+        lead = self._lead
+        self._lead = self._next_lead
+        self.state = STREAMING
+        return lead + escape_separators(chunk) + self._trail
 
 
 # canonical UpstreamError.kind -> the status of the error the client is sent
