@@ -58,8 +58,10 @@ Part = tuple  # (kind, payload, signature | None)
 
 
 class PartMachine:
-    __slots__ = ("usage", "finish", "error", "dropped_tool_args", "_signer", "_show", "_reasoning",
-                 "_held_ws", "_calls", "_ids", "_new_id")
+    # Readable: `reasoning`, `held_ws`, `calls` (what is held; while all three are empty a text
+    # delta is just a text part, which is the encoder's hot path), `usage`, `finish`, `error`.
+    __slots__ = ("usage", "finish", "error", "dropped_tool_args", "_signer", "_show", "reasoning",
+                 "held_ws", "calls", "_ids", "_new_id")
 
     def __init__(self, *, signer: ThinkingSigner, include_thoughts: bool,
                  new_call_id: Callable[[], str] = new_call_id) -> None:
@@ -69,17 +71,11 @@ class PartMachine:
         self.dropped_tool_args = 0
         self._signer = signer
         self._show = include_thoughts
-        self._reasoning: list[str] = []  # reasoning not yet sealed onto a part
-        self._held_ws = ""
-        self._calls: list[_Call] = []  # started, not yet sent
+        self.reasoning: list[str] = []  # reasoning not yet sealed onto a part
+        self.held_ws = ""
+        self.calls: list[_Call] = []  # started, not yet sent
         self._ids: set[str] = set()
         self._new_id = new_call_id
-
-    @property
-    def holding(self) -> bool:
-        """Something is held (a call, whitespace after one, reasoning not yet sealed): only then
-        does a text delta need `feed`; otherwise it is a plain text part of its own."""
-        return bool(self._calls or self._held_ws or self._reasoning)
 
     def feed(self, ev: c.Event) -> list[Part]:
         kind = type(ev)
@@ -87,30 +83,30 @@ class PartMachine:
             text = ev.text
             if not text:
                 return []
-            if self._calls:
+            if self.calls:
                 if text.isspace():
-                    self._held_ws += text
+                    self.held_ws += text
                     return []
                 out = self._flush_calls()
-                text, self._held_ws = self._held_ws + text, ""
+                text, self.held_ws = self.held_ws + text, ""
                 out.append((TEXT, text, self._seal()))
                 return out
-            if self._held_ws:
-                text, self._held_ws = self._held_ws + text, ""
+            if self.held_ws:
+                text, self.held_ws = self.held_ws + text, ""
             return [(TEXT, text, self._seal())]
         if kind is c.ReasoningDelta:
             if not ev.text:
                 return []
-            self._reasoning.append(ev.text)
+            self.reasoning.append(ev.text)
             return [(THOUGHT, ev.text, None)] if self._show else []
         if kind is c.ToolCallStart:
             out = self._flush_calls()
-            self._held_ws = ""
-            self._calls.append(_Call(ev.index, call_id(ev.id, self._ids, self._new_id), ev.name))
+            self.held_ws = ""
+            self.calls.append(_Call(ev.index, call_id(ev.id, self._ids, self._new_id), ev.name))
             return out
         if kind is c.ToolArgsDelta:
             if ev.fragment:
-                for call in self._calls:
+                for call in self.calls:
                     if call.index == ev.index:
                         call.fragments.append(ev.fragment)
                         return []
@@ -128,24 +124,24 @@ class PartMachine:
 
     def end(self) -> list[Part]:
         """The parts still held, at the end of the answer."""
-        self._held_ws = ""
+        self.held_ws = ""
         out = self._flush_calls()
-        if self._reasoning:
+        if self.reasoning:
             out.append((TEXT, "", self._seal()))
         return out
 
     def _flush_calls(self) -> list[Part]:
-        if not self._calls:
+        if not self.calls:
             return []
-        out = [(CALL, call, self._seal() if i == 0 else None) for i, call in enumerate(self._calls)]
-        self._calls = []
+        out = [(CALL, call, self._seal() if i == 0 else None) for i, call in enumerate(self.calls)]
+        self.calls = []
         return out
 
     def _seal(self) -> str | None:
-        if not self._reasoning:
+        if not self.reasoning:
             return None
-        sig = signature_for(self._signer, "".join(self._reasoning))
-        self._reasoning = []
+        sig = signature_for(self._signer, "".join(self.reasoning))
+        self.reasoning = []
         return sig
 
 

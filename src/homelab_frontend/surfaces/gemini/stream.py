@@ -119,7 +119,7 @@ class GeminiStreamEncoder:
         pm = self._parts
         # the hot path, one call per streamed token: a text delta with nothing held before it,
         # and the usage report that rides on most of vLLM's chunks
-        if kind is _TextDelta and not pm.holding:
+        if kind is _TextDelta and not (pm.calls or pm.held_ws or pm.reasoning):
             return self._text(event.text, self._text_tail) if event.text else b""
         if kind is _Usage:
             pm.usage = event.over(pm.usage)
@@ -176,7 +176,10 @@ class GeminiStreamEncoder:
         lead = self._lead
         self._lead = self._next_lead
         self.state = STREAMING
-        return lead + self._text_head + escape_separators(_encode(text)) + tail
+        enc = _encode(text)
+        if b"\xe2\x80" in enc:
+            enc = escape_separators(enc)
+        return lead + self._text_head + enc + tail
 
     def _frame(self, chunk: bytes) -> bytes:
         lead = self._lead
