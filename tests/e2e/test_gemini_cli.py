@@ -25,12 +25,14 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from gwproc import Gateway, config_for
+from rawhttp import post_raw
 from recording_proxy import RecordingProxy
 from stubproc import start_stub, wait_for
 
@@ -184,3 +186,31 @@ def test_a_broken_stream_ends_gemini_with_an_error_not_a_hang(gemini_cli, stack,
     assert 1 <= len(proxy.exchanges) <= 4 and all(x.status == 200 for x in proxy.exchanges), why
     log = _gemini_log(gw, before + len(proxy.exchanges))[-len(proxy.exchanges):]
     assert all(r["outcome"] == "error_upstream_midstream" for r in log), (log, why)
+
+
+def test_a_busy_gateway_tells_gemini_when_to_come_back(gemini_cli, stack, tmp_path):
+    """One slot, no queue, held by another client: Gemini CLI's request is a 429
+    RESOURCE_EXHAUSTED whose RetryInfo says when to retry; it waits, retries, and is answered
+    once the slot is free, with no error for the user."""
+    vllm = stack["vllm"]
+    cfg = config_for({"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 1, "queue": {"depth": 0}}},
+                     {"reasoning": {"backend": "gpu0", "upstream_model": R1}}, aliases={"gemini-*": "reasoning"})
+    with Gateway(cfg) as gw, RecordingProxy(gw.url) as proxy:
+        holder = threading.Thread(target=post_raw, args=(
+            gw.llm + "/v1beta/models/reasoning:generateContent",
+            {"contents": [{"parts": [{"text": "[stub reasoning=0 content=2 ttft_ms=25000]"}]}]}), kwargs={"timeout": 60})
+        holder.start()
+        wait_for(lambda: gw.admin()["backends"]["gpu0"]["in_use"] == 1, 10)
+        gemini_home(tmp_path)
+        done, seconds = run_gemini(gemini_cli, tmp_path, proxy.url + "/llm", "-m", "gemini-2.5-pro", "-p",
+                                   "Say hi. [stub reasoning=0 content=4]")
+        holder.join()
+        why = _why(done, seconds, proxy)
+        assert done.returncode == 0 and "Hello from the homelab" in done.stdout, why
+        statuses = [x.status for x in proxy.exchanges]
+        assert statuses[0] == 429 and statuses[-1] == 200 and set(statuses) == {429, 200}, why
+        for x in proxy.exchanges[:-1]:
+            err = json.loads(x.response_body)["error"]
+            delay = x.response_headers.get("retry-after")
+            assert err["status"] == "RESOURCE_EXHAUSTED" and delay, why
+            assert {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{delay}s"} in err["details"], why
