@@ -129,8 +129,11 @@ class _StopFilter:
         self.holdback = 0 if self.include or not longest else longest - 1
 
     def feed(self, piece: str) -> tuple[str, str | None]:
-        """Add generated text; return (text safe to send now, matched stop string or None)."""
-        start = max(0, len(self.text) - max((len(s) for s in self.stops), default=0))
+        """Add generated text; return (text safe to send now, matched stop string or None).
+        Only the unsent text and the last `longest` characters are kept: a whole generation
+        kept and appended to was quadratic (a 6 MB answer took 8 s to plan)."""
+        longest = max((len(s) for s in self.stops), default=0)
+        start = max(0, len(self.text) - longest)
         self.text += piece
         best: tuple[int, str] | None = None
         for stop in self.stops:
@@ -146,6 +149,9 @@ class _StopFilter:
         safe = len(self.text) - self.holdback
         out = self.text[self.sent : safe] if safe > self.sent else ""
         self.sent = max(self.sent, safe)
+        keep = max(0, min(self.sent, len(self.text) - longest))
+        if keep:
+            self.text, self.sent = self.text[keep:], self.sent - keep
         return out, None
 
     def flush(self) -> str:
