@@ -14,8 +14,9 @@ client is used for the direct and the gateway runs, so what it costs cancels in 
 
 What is counted (per request): status, time to the first content frame (TTFT; streams), content
 frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames;
-Ollama: NDJSON lines with a non-empty `content`), whether the stream ended properly (`data:
-[DONE]` / `message_stop` / `"done":true`, no error frame or object), and the
+Ollama: NDJSON lines with a non-empty `content`; Gemini: chunks with a text part), whether the
+stream ended properly (`data: [DONE]` / `message_stop` / `"done":true` / a `finishReason`, no error
+frame or object), and the
 gateway's `Server-Timing` header when present.
 """
 
@@ -34,6 +35,7 @@ _ANTHROPIC_CONTENT = b"event: content_block_delta"
 _RESPONSES_CONTENT = b"event: response.output_text.delta"
 # Ollama's NDJSON: one object a line; content lines carry a non-empty "content"
 _OLLAMA_CONTENT = re.compile(rb'"content":"[^"]')
+_GEMINI_CONTENT = b'data: {"candidates":[{"content":{"parts":[{"text":'  # Google frames end \r\n\r\n
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
@@ -58,6 +60,9 @@ class Conn(asyncio.Protocol):
         self.anthropic = dialect == "anthropic"
         self.responses = dialect == "responses"
         self.ollama = dialect == "ollama"
+        self.gemini = dialect == "gemini"
+        # how a frame ends: NDJSON lines, Google's SSE frames, SSE frames
+        self._sep = b"\n" if self.ollama else b"\r\n\r\n" if self.gemini else b"\n\n"
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._fut: asyncio.Future | None = None
@@ -158,12 +163,13 @@ class Conn(asyncio.Protocol):
             self._body_tail = (self._body_tail + data)[-64:]
             return
         sse = self._sse + data
-        sep = b"\n" if self.ollama else b"\n\n"  # NDJSON lines, SSE frames
+        sep = self._sep
         end = sse.rfind(sep)
         if end < 0:
             self._sse = sse
             return
-        frames, self._sse = sse[: end + len(sep)], sse[end + len(sep):]
+        end += len(sep)
+        frames, self._sse = sse[:end], sse[end:]
         res = self._res
         if self.ollama:
             n = len(_OLLAMA_CONTENT.findall(frames))
@@ -171,6 +177,10 @@ class Conn(asyncio.Protocol):
                 res.ok = True
             if b'{"error"' in frames:
                 res.error = "error object"
+        elif self.gemini:
+            n = frames.count(_GEMINI_CONTENT)
+            if b'"finishReason"' in frames:
+                res.ok = True
         elif self.responses:
             n = frames.count(_RESPONSES_CONTENT)
             if b"event: response.completed" in frames:

@@ -6,7 +6,7 @@ straight through the translation code, in process, and reports microseconds per 
 process CPU time (best of several rounds): OpenAI (decode for accounting + model rewrite + SSE
 frame), Anthropic (ChunkDecoder -> canonical events, folded into the record by the real
 surfaces/usage.UsageFold -> AnthropicStreamEncoder), Responses (the same with
-ResponsesStreamEncoder) and Ollama (the same with the NDJSON encoder). What the
+ResponsesStreamEncoder), Ollama (the NDJSON encoder) and Gemini (GeminiStreamEncoder). What the
 HTTP stack (aiohttp) and the kernel add per chunk is the difference to bench.run's numbers.
 """
 
@@ -21,6 +21,7 @@ from homelab_frontend.surfaces.model_rewrite import ModelRewriter
 from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.surfaces.anthropic.stream import AnthropicStreamEncoder
 from homelab_frontend.surfaces.ollama.stream import NdjsonEncoder
+from homelab_frontend.surfaces.gemini.stream import GeminiStreamEncoder
 from homelab_frontend.surfaces.responses.request import parse_request as parse_responses
 from homelab_frontend.surfaces.responses.response import base_response
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
@@ -136,6 +137,12 @@ def ollama_answer(payloads: list[bytes]) -> tuple[int, int]:
     return _translate(NdjsonEncoder(model="bench", endpoint="chat"), payloads)
 
 
+def gemini_answer(payloads: list[bytes]) -> tuple[int, int]:
+    """The Gemini stream's per-chunk work minus the socket."""
+    return _translate(GeminiStreamEncoder(model="bench", response_id="bench0123456789abcdef", signer=_SIGNER,
+                                          include_thoughts=False), payloads)
+
+
 def measure(fn, payloads: list[bytes], rounds: int = 7, answers: int = 50) -> float:
     """Best-of-`rounds` process CPU microseconds per chunk."""
     best = float("inf")
@@ -153,6 +160,7 @@ def run() -> dict:
         "anthropic_us_per_chunk": measure(anthropic_answer, vllm_chunks(continuous_usage=True)),
         "responses_us_per_chunk": measure(responses_answer, vllm_chunks(continuous_usage=True)),
         "ollama_us_per_chunk": measure(ollama_answer, vllm_chunks(continuous_usage=True)),
+        "gemini_us_per_chunk": measure(gemini_answer, vllm_chunks(continuous_usage=True)),
     }
 
 

@@ -38,6 +38,11 @@ def check_targets(result: dict) -> list[dict]:
     ratio = resp / anth if resp is not None and anth else None
     out.append({"what": "gateway CPU per streamed chunk, Responses / Anthropic, c=16", "value": ratio, "op": "<=",
                 "limit": 1.5, "met": None if ratio is None else ratio <= 1.5})
+    # issue 22: the Gemini surface's likewise
+    gem = _get(summary.get("gateway/gemini/stream/c16"), ("target_cpu_us_per_chunk",))
+    ratio = gem / anth if gem is not None and anth else None
+    out.append({"what": "gateway CPU per streamed chunk, Gemini / Anthropic, c=16", "value": ratio, "op": "<=",
+                "limit": 1.5, "met": None if ratio is None else ratio <= 1.5})
     mem = result.get("memory_mb", {})
     idle = mem.get("gateway_idle", mem.get("gateway_start", {})).get("rss_mb")
     peak = mem.get("gateway_end", {}).get("hwm_mb")

@@ -36,7 +36,7 @@ UPSTREAM_MODEL = "bench-upstream"
 PROMPT = "[stub content=200]"  # the stub's directive: 200 content tokens, one per chunk
 MAX_TOKENS = 400
 CONCURRENCY = (1, 16, 64)
-SURFACES = ("openai", "anthropic", "responses", "ollama")
+SURFACES = ("openai", "anthropic", "responses", "ollama", "gemini")
 
 # Timed requests per run: about a second each on this machine; --quick halves them.
 COUNTS = {
@@ -49,7 +49,17 @@ PATHS = {"openai": "/llm/v1/chat/completions", "anthropic": "/llm/v1/messages", 
          "litellm-anthropic": "/v1/messages"}
 
 
+def path_of(surface: str, stream: bool) -> str:
+    if surface == "gemini":  # the model and the method are in the path
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/llm/v1beta/models/{CLIENT_MODEL}:{method}"
+    return PATHS[surface]
+
+
 def client_body(surface: str, stream: bool) -> dict:
+    if surface == "gemini":
+        return {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}],
+                "generationConfig": {"maxOutputTokens": MAX_TOKENS}}
     if surface == "responses":  # store: false, as Codex sends it: the store is not what is measured
         return {"model": CLIENT_MODEL, "max_output_tokens": MAX_TOKENS, "input": PROMPT, "store": False,
                 "stream": stream}
@@ -77,7 +87,7 @@ def _post(url: str, body: dict, headers: dict | None = None) -> bytes:
 
 def upstream_body(gw: procs.Proc, stub: procs.Proc, surface: str, stream: bool) -> dict:
     """What the gateway sends the stub for this surface's request: the direct baseline."""
-    _post(gw.url + PATHS[surface], client_body(surface, stream), {"anthropic-version": "2023-06-01"})
+    _post(gw.url + path_of(surface, stream), client_body(surface, stream), {"anthropic-version": "2023-06-01"})
     with urllib.request.urlopen(stub.url + "/stub/requests", timeout=10) as resp:
         return json.loads(resp.read())[-1]["body"]
 
@@ -148,7 +158,7 @@ class Bench:
             body, dialect = self.bodies[(surface, stream)], "openai"
         else:
             url = self.targets[target].url
-            path = PATHS[f"litellm-{surface}"] if target == "litellm" else PATHS[surface]
+            path = PATHS[f"litellm-{surface}"] if target == "litellm" else path_of(surface, stream)
             body, dialect = client_body(surface, stream), surface
         host, port = _hostport(url)
         headers = {"anthropic-version": "2023-06-01", "x-api-key": "unused"} if dialect == "anthropic" else {}
@@ -317,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=lambda s: tuple(int(x) for x in s.split(",")), default=CONCURRENCY,
                    help="a subset of 1,16,64 (default all three)")
     p.add_argument("--surfaces", type=lambda s: tuple(s.split(",")), default=SURFACES,
-                   help="openai,anthropic,responses,ollama (default all)")
+                   help="openai,anthropic,responses,ollama,gemini (default all)")
     p.add_argument("--no-queue-check", dest="queue_check", action="store_false",
                    help="skip the exactly-enough-slots comparison")
     p.add_argument("--ledger", choices=("on", "off"), default="on",
@@ -329,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--concurrency: {bad} not in 1,16,64")
     unknown = [x for x in args.surfaces if x not in SURFACES]
     if unknown or not args.surfaces:
-        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses,ollama")
+        p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses,ollama,gemini")
     bench = Bench(args)
     try:
         result = bench.run()

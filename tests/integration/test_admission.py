@@ -40,6 +40,11 @@ def _responses(gw, prompt, stream=True):
     return post_raw(gw.base + "/responses", {"model": "m", "stream": stream, "store": False, "input": prompt})
 
 
+def _gemini(gw, prompt, stream=True):
+    method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return post_raw(gw.llm + f"/v1beta/models/m:{method}", {"contents": [{"parts": [{"text": prompt}]}]})
+
+
 def test_never_more_in_flight_than_slots_and_all_complete(slow_stub):
     slow_stub.reset()
     with _gw(slow_stub, slots=2) as gw:
@@ -111,9 +116,9 @@ def test_cancel_while_queued_leaves_the_queue(slow_stub):
         assert outcomes.count("cancelled_queued") == 3
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini"])
 def test_first_token_timeout(slow_stub, dialect):
-    call = {"openai": _openai, "anthropic": _anthropic, "responses": _responses}[dialect]
+    call = {"openai": _openai, "anthropic": _anthropic, "responses": _responses, "gemini": _gemini}[dialect]
     with _gw(slow_stub, first_token_s=0.4) as gw:
         # upstream headers never come: a clean HTTP error in the dialect
         status, _, raw = call(gw, "[stub headers_ms=3000]")
@@ -124,6 +129,9 @@ def test_first_token_timeout(slow_stub, dialect):
         assert status == 200 and b"first token" in raw
         if dialect == "responses":
             assert b"event: response.failed" in raw and b"response.completed" not in raw
+        elif dialect == "gemini":  # the error line outside the SSE framing, no finishReason
+            assert json.loads(raw.split(b"\r\n\r\n")[-1])["error"]["status"] == "DEADLINE_EXCEEDED"
+            assert b"finishReason" not in raw
         else:
             assert (b"[DONE]" not in raw) if dialect == "openai" else (b"message_stop" not in raw and b"event: error" in raw)
         wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 0, 2)

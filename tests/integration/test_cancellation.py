@@ -24,11 +24,14 @@ def _body(dialect: str, prompt: str, stream: bool) -> tuple[str, dict]:
         return "/chat/completions", {"model": "reasoning", "stream": stream, "messages": [{"role": "user", "content": prompt}]}
     if dialect == "responses":
         return "/responses", {"model": "reasoning", "stream": stream, "input": prompt}
+    if dialect == "gemini":  # the GenAI SDK's default API version, v1
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/models/reasoning:{method}", {"contents": [{"role": "user", "parts": [{"text": prompt}]}]}
     return "/messages", {"model": "reasoning", "stream": stream, "max_tokens": 1024,
                          "messages": [{"role": "user", "content": prompt}]}
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses"])
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini"])
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_disconnect_cancels_upstream_and_frees_slot(gateway, vllm_stub, stubs, dialect, phase):
     prompt, stream, stay = PHASES[phase]

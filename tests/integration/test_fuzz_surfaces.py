@@ -379,6 +379,69 @@ RESPONSES_FIELDS = [
 responses_body = mutated(responses_plausible, RESPONSES_FIELDS)
 
 
+# -- Gemini ------------------------------------------------------------------------------------
+
+g_part = st.one_of(
+    st.fixed_dictionaries({"text": texts}, optional={"thought": st.booleans(), "thoughtSignature": st.text(max_size=12)}),
+    st.fixed_dictionaries({"inlineData": st.fixed_dictionaries(
+        {"mimeType": st.sampled_from(["image/png", "text/plain", "application/pdf", ""]), "data": st.sampled_from(["aGk=", "!!"])})}),
+    st.fixed_dictionaries({"fileData": st.fixed_dictionaries(
+        {"fileUri": st.sampled_from(["http://127.0.0.1:1/x.png", "files/abc", ""]), "mimeType": st.just("image/png")})}),
+    st.fixed_dictionaries({"functionCall": st.fixed_dictionaries({"name": st.sampled_from(["f", ""])},
+                                                                 optional={"id": ids, "args": st.just({"a": 1})})}),
+    st.fixed_dictionaries({"functionResponse": st.fixed_dictionaries({"name": st.sampled_from(["f", "g"])},
+                                                                     optional={"id": ids, "response": st.just({"output": "ok"})})}),
+    st.fixed_dictionaries({"executableCode": st.just({"code": "1"})}),
+    fresh,
+)
+g_content = st.fixed_dictionaries({"parts": st.lists(g_part, max_size=3)},
+                                  optional={"role": st.sampled_from(["user", "user", "model", "function", "system", ""])})
+g_said = st.builds(lambda text: [{"role": "user", "parts": [{"text": text}]}], texts)
+g_decl = st.fixed_dictionaries({"name": st.sampled_from(["f", "g", ""])},
+                               optional={"parameters": st.just({"type": "OBJECT", "properties": {"a": {"type": "STRING"}}}),
+                                         "parametersJsonSchema": st.just({"type": "object"}), "description": texts})
+gemini_plausible = st.fixed_dictionaries(
+    {"contents": st.one_of(g_said, st.lists(g_content, max_size=3))},
+    optional={
+        "systemInstruction": st.one_of(texts, st.fixed_dictionaries({"parts": st.lists(g_part, max_size=2)})),
+        "tools": st.lists(st.one_of(st.fixed_dictionaries({"functionDeclarations": st.lists(g_decl, max_size=2)}),
+                                    st.just({"googleSearch": {}})), max_size=2),
+        "toolConfig": st.fixed_dictionaries({"functionCallingConfig": st.fixed_dictionaries(
+            {"mode": st.sampled_from(["AUTO", "ANY", "NONE", "x"])},
+            optional={"allowedFunctionNames": st.lists(st.sampled_from(["f", "x"]), max_size=2)})}),
+        "generationConfig": st.fixed_dictionaries({}, optional={
+            "temperature": st.floats(-1, 3), "topK": st.one_of(st.integers(-5, 100), st.floats(0, 100)),
+            "maxOutputTokens": max_tokens, "candidateCount": st.integers(0, 3), "stopSequences": st.lists(texts, max_size=2),
+            "responseMimeType": st.sampled_from(["application/json", "text/plain", "text/x.enum"]),
+            "responseSchema": st.just({"type": "OBJECT", "properties": {"a": {"type": "INTEGER"}}}),
+            "thinkingConfig": st.fixed_dictionaries({}, optional={"includeThoughts": st.booleans(),
+                                                                  "thinkingBudget": st.integers(-1, 30000)})}),
+        "safetySettings": st.just([{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}]),
+    },
+)
+GEMINI_FIELDS = [
+    ("contents",), ("contents", 0), ("contents", 0, "role"), ("contents", 0, "parts"), ("contents", 0, "parts", 0),
+    ("contents", 0, "parts", 0, "text"), ("contents", 0, "parts", 0, "inlineData"),
+    ("contents", 0, "parts", 0, "functionCall"), ("contents", 0, "parts", 0, "functionCall", "args"),
+    ("contents", 0, "parts", 0, "functionResponse"), ("contents", 0, "parts", 0, "functionResponse", "response"),
+    ("contents", 0, "parts", 0, "thoughtSignature"), ("contents", 1, "parts"), ("systemInstruction",),
+    ("systemInstruction", "parts"), ("tools",), ("tools", 0), ("tools", 0, "functionDeclarations"),
+    ("tools", 0, "functionDeclarations", 0), ("tools", 0, "functionDeclarations", 0, "parameters"),
+    ("toolConfig",), ("toolConfig", "functionCallingConfig"), ("toolConfig", "functionCallingConfig", "mode"),
+    ("generationConfig",), ("generationConfig", "temperature"), ("generationConfig", "topK"),
+    ("generationConfig", "maxOutputTokens"), ("generationConfig", "stopSequences"),
+    ("generationConfig", "responseSchema"), ("generationConfig", "thinkingConfig"),
+    ("generationConfig", "thinkingConfig", "thinkingBudget"), ("cachedContent",), ("generateContentRequest",),
+    ("content",), ("requests",), ("unknown",),
+]
+gemini_body = mutated(gemini_plausible, GEMINI_FIELDS)
+embed_body = mutated(st.fixed_dictionaries({"content": st.fixed_dictionaries({"parts": st.lists(g_part, max_size=2)})},
+                                           optional={"outputDimensionality": st.integers(-1, 8)}),
+                     [("content",), ("content", "parts"), ("content", "parts", 0), ("outputDimensionality",)])
+batch_embed_body = mutated(st.fixed_dictionaries({"requests": st.lists(embed_body, max_size=3)}),
+                           [("requests",), ("requests", 0), ("requests", 0, "content")])
+
+
 # -- whole requests ----------------------------------------------------------------------------
 
 
@@ -491,6 +554,16 @@ OLLAMA_ENDPOINTS = st.sampled_from(
        ("POST", "/api/nope")])
 
 
+_G = "/llm/v1beta/models/m1"
+GEMINI_ENDPOINTS = st.sampled_from(
+    [("POST", _G + ":generateContent")] * 8 + [("POST", _G + ":streamGenerateContent?alt=sse")] * 4
+    + [("POST", "/llm/v1/models/m1:streamGenerateContent"), ("POST", "/llm/v1/models/m1:generateContent")]
+    + [("POST", _G + ":countTokens")] * 2 + [("POST", _G + ":embedContent"), ("POST", _G + ":batchEmbedContents")]
+    + [("GET", "/llm/v1beta/models"), ("GET", _G), ("GET", "/llm/v1beta/models/nope"), ("POST", _G),
+       ("POST", "/llm/v1beta/models/nope:generateContent"), ("POST", _G + ":predict"), ("PUT", _G + ":generateContent"),
+       ("POST", "/llm/v1beta/models/:generateContent"), ("POST", "/llm/v1beta/tunedModels/x:generateContent")])
+
+
 def check(dialect: str, method: str, path: str, status: int, headers: dict, raw: bytes) -> None:
     where = f"{method} {path} -> {status} {raw[:300]!r}"
     assert status == 200 or 400 <= status < 500, where
@@ -508,6 +581,10 @@ def check(dialect: str, method: str, path: str, status: int, headers: dict, raw:
     doc = json.loads(raw) if method != "HEAD" else {"error": "(HEAD: no body)"}
     if dialect == "ollama":
         assert set(doc) == {"error"} and isinstance(doc["error"], str) and doc["error"], where
+    elif dialect == "gemini":
+        assert set(doc) == {"error"} and {"code", "message", "status"} <= set(doc["error"]), where
+        assert set(doc["error"]) <= {"code", "message", "status", "details"} and doc["error"]["code"] == status, where
+        assert doc["error"]["status"].isupper() and isinstance(doc["error"]["message"], str) and doc["error"]["message"], where
     elif dialect == "anthropic":
         assert doc["type"] == "error" and set(doc["error"]) == {"type", "message"}, where
         assert doc["error"]["type"].endswith("_error") or doc["error"]["type"] == "request_too_large", where
@@ -551,6 +628,15 @@ def test_responses_surface_answers_hostile_input_with_4xx(target, request):
                                                 "/api/embed": ollama_model_body, "/api/embeddings": ollama_model_body}))
 def test_ollama_surface_answers_hostile_input_with_4xx(target, request):
     _fire(target, "ollama", request)
+
+
+@FUZZ
+@given(request=requests_for(GEMINI_ENDPOINTS, {
+    _G + ":generateContent": gemini_body, _G + ":streamGenerateContent?alt=sse": gemini_body,
+    "/llm/v1/models/m1:streamGenerateContent": gemini_body, "/llm/v1/models/m1:generateContent": gemini_body,
+    _G + ":countTokens": gemini_body, _G + ":embedContent": embed_body, _G + ":batchEmbedContents": batch_embed_body}))
+def test_gemini_surface_answers_hostile_input_with_4xx(target, request):
+    _fire(target, "gemini", request)
 
 
 def test_afterwards_no_slot_is_held_and_nothing_went_wrong_inside(target):

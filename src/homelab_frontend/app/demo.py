@@ -3,7 +3,7 @@
 - `reasoning` on a vLLM-flavoured stub (deepseek_r1-style reasoning, log /tmp/stub-reasoning.log,
   emptied at start so `grep -c cancelled` counts this run only);
 - `qwen2.5:3b-instruct` on an Ollama-flavoured stub;
-- Claude Code's model names aliased onto them.
+- Claude Code's and Gemini CLI's model names aliased onto them.
 Tokens come every 20 ms; a prompt of `long` keeps generating for several seconds. Ctrl-C stops all.
 """
 
@@ -42,6 +42,8 @@ models:
 aliases:
   "claude-*haiku*": qwen2.5:3b-instruct
   "claude-*": reasoning
+  "gemini-*flash*": qwen2.5:3b-instruct
+  "gemini-*pro*": reasoning
 """
 
 

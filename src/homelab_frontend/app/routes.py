@@ -8,6 +8,7 @@ from ..errors import GatewayError
 from ..ops import admin, metrics, usage_api
 from ..request.tracker import Tracked
 from ..surfaces.anthropic import handler as anthropic_surface
+from ..surfaces.gemini import handler as gemini_surface
 from ..surfaces.ollama import handler as ollama_surface
 from ..surfaces.openai import handler as openai_surface
 from ..surfaces.responses import handler as responses_surface
@@ -43,6 +44,16 @@ def _unknown(dialect: str):
     return surface(dialect, handler)
 
 
+def _by_client(google, other):
+    """One path both dialects share: Google's clients (their key header, `?key=` or their client
+    header) get the Gemini answer, every other client the OpenAI one."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await (google if gemini_surface.is_google_client(request) else other)(request)
+
+    return handler
+
+
 async def _expect(request: web.Request) -> None:
     """`Expect: 100-continue` is answered as usual; any other expectation is ignored rather
     than refused with aiohttp's bare-text 417, so the client still gets its dialect's answer."""
@@ -62,7 +73,13 @@ def build_app(gw: Gateway) -> web.Application:
     # provider lists models over /api and then chats at <host>/v1/chat/completions.
     for v1 in ("/llm/v1", "/v1"):
         r.add_post(f"{v1}/chat/completions", surface("openai", openai_surface.chat_completions), **x)
-        r.add_get(f"{v1}/models", surface("openai", openai_surface.models), **x)
+        # GET models is the OpenAI list, and the Gemini one for Google's clients (the GenAI SDK's
+        # default API version is v1); the rest of the Gemini API lives under v1beta and v1 alike.
+        r.add_get(f"{v1}/models", _by_client(surface("gemini", gemini_surface.list_models),
+                                             surface("openai", openai_surface.models)), **x)
+        r.add_get(f"{v1}/models/{{name:.+}}", _by_client(surface("gemini", gemini_surface.get_model),
+                                                        _unknown("openai")), **x)
+        r.add_post(f"{v1}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
         r.add_post(f"{v1}/embeddings", surface("openai", openai_surface.embeddings), **x)
         r.add_post(f"{v1}/messages", surface("anthropic", anthropic_surface.messages), **x)
         r.add_post(f"{v1}/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
@@ -73,6 +90,11 @@ def build_app(gw: Gateway) -> web.Application:
         r.add_route("*", f"{v1}/responses/{{tail:.*}}", _unknown("responses"), **x)
         r.add_route("*", f"{v1}/messages/{{tail:.*}}", _unknown("anthropic"), **x)
         r.add_route("*", f"{v1}/messages", _unknown("anthropic"), **x)  # GET /messages: still Anthropic
+    for version in ("v1beta", "v1alpha"):
+        r.add_get(f"/llm/{version}/models", surface("gemini", gemini_surface.list_models), **x)
+        r.add_get(f"/llm/{version}/models/{{name:.+}}", surface("gemini", gemini_surface.get_model), **x)
+        r.add_post(f"/llm/{version}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
+        r.add_route("*", f"/llm/{version}/{{tail:.*}}", _unknown("gemini"), **x)
     # Ollama's own API: at /api (its clients are given a host, not a path) and at /llm/api.
     # /api/version needs no key (surfaces/ollama/handler.py), so it is not a surface route.
     for api in ("/api", "/llm/api"):

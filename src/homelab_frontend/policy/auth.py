@@ -56,13 +56,19 @@ class _Key:
 
 
 def _presented(request: web.Request) -> str | None:
-    key = request.headers.get("x-api-key")
-    if key and key.strip():
-        return key.strip()
+    """The key as the client sent it: `x-api-key` (Anthropic), `Authorization: Bearer` (OpenAI),
+    `x-goog-api-key` or the `key` query parameter (Google's clients)."""
+    for name in ("x-api-key", "x-goog-api-key"):
+        key = request.headers.get(name)
+        if key and key.strip():
+            return key.strip()
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
+    key = request.query.get("key")
+    if key and key.strip():
+        return key.strip()
     return None
 
 
@@ -116,7 +122,8 @@ class Auth:
         presented = _presented(request)
         if presented is None:
             raise GatewayError(
-                "authentication", "missing API key: send it as x-api-key or Authorization: Bearer"
+                "authentication",
+                "missing API key: send it as x-api-key, Authorization: Bearer, x-goog-api-key or ?key=",
             )
         key = self._match(presented)
         if key is None:

@@ -78,7 +78,8 @@ def check_json(body: bytes, limits: Limits, *, counted: tuple[str, ...] = ("mess
             value = doc.get(field)
             limit = _limit_of(limits, field)
             if isinstance(value, list) and len(value) > limit:
-                name, noun = ("max_messages", "items") if field == "input" else (f"max_{field}", field)
+                name, noun = ("max_messages", {"input": "items"}.get(field, field)) if field in ("input", "contents") \
+                    else (f"max_{field}", field)
                 raise GatewayError(
                     "invalid_request",
                     f"{field}: {len(value)} {noun} is more than the limit of {limit} (limits.{name})",
@@ -87,8 +88,8 @@ def check_json(body: bytes, limits: Limits, *, counted: tuple[str, ...] = ("mess
 
 
 def _limit_of(limits: Limits, field: str) -> int:
-    # a Responses request's `input` items are its messages
-    return limits.max_messages if field in ("messages", "input") else limits.max_tools
+    # a Responses request's `input` items and a Gemini request's `contents` are its messages
+    return limits.max_messages if field in ("messages", "input", "contents") else limits.max_tools
 
 
 def _too_deep(doc: Any, limit: int) -> str | None:

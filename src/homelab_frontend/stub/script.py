@@ -26,6 +26,9 @@ Keys (integers unless noted; unknown keys are ignored):
   agent           scripted agent for this request (as --agent)
   stop_token=ID   vLLM: report stop_reason=ID on a natural stop (as stop_token_ids does)
 
+A `response_format` of type json_schema (or json_object) is honoured as vLLM's guided decoding
+would: the content is one JSON value of the schema (schema_instance), split into word tokens.
+
 Without a directive: the prompt "long" gives 400 content tokens; a prompt containing
 "count to [N]" gives "1," " 2," " 3," ... (N of them); anything else cycles DEFAULT_TEXT one
 word (plus its trailing space) per token. Everything is deterministic.
@@ -50,6 +53,7 @@ AGENT_SHELL_ARGUMENTS = {
     "Bash": AGENT_BASH_ARGUMENTS,
     "exec_command": {"cmd": "echo hello-from-tool"},
     "shell": {"command": ["bash", "-lc", "echo hello-from-tool"]},
+    "run_shell_command": {"command": "echo hello-from-tool"},  # Gemini CLI's
 }
 # Per-message overhead of the pretend chat template; the same rule serves /tokenize and usage.
 TOKENS_PER_MESSAGE = 4
@@ -275,6 +279,43 @@ def agent_arguments(tools: Any, name: str) -> dict:
     return out
 
 
+def schema_instance(schema: Any) -> Any:
+    """A value that satisfies `schema`, as guided decoding would produce: an object gets its
+    required properties (all of them when none is required), each the first of its enum, else a
+    placeholder of its type."""
+    if not isinstance(schema, dict):
+        return {}
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return schema_instance(schema[key][0])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and isinstance(schema.get("properties"), dict)):
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        required = schema.get("required") if isinstance(schema.get("required"), list) else list(props)
+        return {k: schema_instance(props.get(k, {})) for k in required if isinstance(k, str)}
+    if kind == "array":
+        return []
+    if kind == "null":
+        return None
+    return _PLACEHOLDERS.get(kind, "hello")
+
+
+def _structured_output(body: dict) -> str | None:
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else {}
+        return json.dumps(schema_instance(spec.get("schema")))
+    if fmt.get("type") == "json_object":
+        return "{}"
+    return None
+
+
 def _shell_tool(names: list[str]) -> str:
     """The agent's tool: a shell one when offered (Claude Code's Bash, Codex's exec_command)."""
     return next((n for n in AGENT_SHELL_ARGUMENTS if n in names), names[0])
@@ -413,6 +454,9 @@ def make_plan(
             named_tool_choice=named is not None and target == named,
         )
 
+    structured = _structured_output(body)
+    if structured is not None:
+        return Plan(reasoning=reasoning(DEFAULT_REASONING_TOKENS), content=tuple(split_words(structured)))
     return Plan(
         reasoning=reasoning(DEFAULT_REASONING_TOKENS),
         content=tuple(_content_tokens(directives, prompt, DEFAULT_CONTENT_TOKENS)),

@@ -26,8 +26,9 @@ The steps, and who does what:
      watchdog's `on_idle` for a silent upstream, and here for an upstream whose deltas encode to
      nothing, such as hidden reasoning), then `turn.finish(enc, ex)`; an upstream failure mid-
      stream is `enc.fail(turn.midstream_code, message)`, the gateway's own cancel or timeout
-     `enc.fail(turn.own_failure_code(err), message)`; `write_eof`, then `ex.drain()` so the
-     upstream connection goes back to the pool.
+     `enc.fail(turn.own_failure_code(err), message)` (after `turn.failure_pause_s`, for a client
+     that must read the failure apart from what preceded it); `write_eof`, then `ex.drain()` so
+     the upstream connection goes back to the pool.
    `turn.before_final()` runs after the answer is complete and before its last bytes leave
    (Responses stores the response there, so a continuation sent at once finds it).
 
@@ -139,6 +140,9 @@ class Turn:
     stream_headers: ClassVar[dict[str, str]] = SSE_HEADERS
     midstream_code: ClassVar[str] = "api_error"  # the error code for an upstream failing mid-stream
     ping_interval: float | None = None  # keep-alive pings (encoder.ping()) every so many seconds
+    # A pause before the failure frame of a stream that breaks, so that it reaches the client in a
+    # network read of its own (the Gemini JS SDK parses each read as JSON to find an error).
+    failure_pause_s: ClassVar[float] = 0.0
     req: c.Request
 
     def encoder(self) -> StreamEncoder:
@@ -187,6 +191,8 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         await _relay(upstream, ex, t, turn, enc, out, matcher)
     except GatewayError as err:  # our own timeout or cancel, after the stream started
         t.fail(err.kind)
+        if turn.failure_pause_s:
+            await asyncio.sleep(turn.failure_pause_s)
         await out.write(enc.fail(turn.own_failure_code(err), err.message))
     await out.write_eof()
     await ex.drain()
@@ -248,6 +254,8 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
         await out.write(tail)
     except Midstream as err:
         t.fail(err.kind, override=True)
+        if turn.failure_pause_s:
+            await asyncio.sleep(turn.failure_pause_s)
         await out.write(enc.fail(turn.midstream_code, str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()

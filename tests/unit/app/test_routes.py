@@ -116,3 +116,41 @@ def test_a_client_leaving_mid_stream_cancels_the_generation(tmp_path):
     assert stats["cancelled"] == 1 and stats["completed"] == 0
     (rec,) = _log(tmp_path)
     assert (rec["status"], rec["outcome"]) == (499, "cancelled_streaming")
+
+
+def test_the_gemini_routes_and_the_models_list_by_client(tmp_path):
+    async def body(http, url, stub):
+        out = {}
+        async with http.post(url + "/llm/v1beta/models/m:streamGenerateContent?alt=sse",
+                             json={"contents": [{"parts": [{"text": "[stub content=3]"}]}]}) as r:
+            out["stream"] = (r.status, r.headers["content-type"], await r.text())
+        async with http.post(url + "/llm/v1/models/models/m:generateContent",  # a doubled prefix
+                             json={"contents": [{"parts": [{"text": "[stub content=2]"}]}]}) as r:
+            out["whole"] = (r.status, await r.json())
+        async with http.get(url + "/llm/v1/models", headers={"x-goog-api-client": "google-genai-sdk/3.6.1"}) as r:
+            out["google list"] = (r.status, await r.json())
+        async with http.get(url + "/llm/v1/models") as r:
+            out["openai list"] = (r.status, await r.json())
+        async with http.get(url + "/llm/v1/models/m?key=anything") as r:
+            out["google get"] = (r.status, await r.json())
+        async with http.get(url + "/llm/v1beta/nope") as r:
+            out["unknown"] = (r.status, await r.json())
+        return out
+
+    out = run_with_gateway(tmp_path, body)
+    status, ctype, text = out["stream"]
+    assert status == 200 and ctype.startswith("text/event-stream")
+    frames = [json.loads(f[len("data: "):]) for f in text.split("\r\n\r\n") if f]
+    assert "".join(p["text"] for f in frames for p in f["candidates"][0]["content"].get("parts", [])) == "Hello from the "
+    assert frames[-1]["candidates"][0]["finishReason"] == "STOP" and frames[-1]["modelVersion"] == "m"
+    status, doc = out["whole"]
+    assert status == 200 and doc["candidates"][0]["content"]["parts"] == [{"text": "Hello from "}]
+    status, doc = out["google list"]
+    assert status == 200 and [m["name"] for m in doc["models"]] == ["models/m"]
+    status, doc = out["openai list"]
+    assert status == 200 and doc["object"] == "list" and [m["id"] for m in doc["data"]] == ["m"]
+    status, doc = out["google get"]
+    assert status == 200 and doc["name"] == "models/m" and "generateContent" in doc["supportedGenerationMethods"]
+    status, doc = out["unknown"]
+    assert status == 404 and doc["error"]["status"] == "NOT_FOUND" and doc["error"]["code"] == 404
+    assert [r["dialect"] for r in _log(tmp_path)] == ["gemini", "gemini", "gemini", "openai", "gemini", "gemini"]

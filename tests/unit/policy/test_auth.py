@@ -50,6 +50,16 @@ def test_either_header_form_and_the_principal_it_names():
     assert p.name == "bob"
 
 
+def test_googles_forms_header_and_query_parameter():
+    auth = _auth()
+    assert auth.authenticate(_req(**{"x-goog-api-key": "alice-secret"})).name == "alice"
+    by_query = make_mocked_request("POST", "/llm/v1beta/models/m:generateContent?key=bob-secret&alt=sse")
+    assert auth.authenticate(by_query).name == "bob"
+    with pytest.raises(GatewayError) as e:
+        auth.authenticate(make_mocked_request("GET", "/llm/v1beta/models?key=wrong"))
+    assert e.value.kind == "authentication" and "invalid API key" in e.value.message
+
+
 @pytest.mark.parametrize("headers, message", [
     ({}, "missing API key"),
     ({"x-api-key": "   "}, "missing API key"),

@@ -50,6 +50,13 @@ def test_counts_name_the_field_and_the_limit():
     check_json(json.dumps({"messages": [{}] * 3, "tools": [{}] * 2}).encode(), L)
 
 
+def test_a_gemini_requests_contents_are_its_messages():
+    with pytest.raises(GatewayError) as e:
+        check_json(json.dumps({"contents": [{}] * 4}).encode(), L, counted=("contents",))
+    assert e.value.param == "contents"
+    assert e.value.message == "contents: 4 contents is more than the limit of 3 (limits.max_messages)"
+
+
 def test_fast_path_never_hides_a_long_list_of_scalars():
     # no brackets to speak of, but 5 items: the comma count sends it to the full check
     refuse(b'{"messages": [1, 2, 3, 4, 5]}')

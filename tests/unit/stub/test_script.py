@@ -321,3 +321,25 @@ def test_agent_chain_calls_tool_search_then_the_loaded_tool_then_answers():
                                   {"role": "system", "content": "<total_tokens>9</total_tokens>"}],
                      "tools": tools + [web_fetch]}, agent=True)
     assert done.tool_call is None and "".join(done.content) == "The tool said: page"
+
+
+# -- structured output (vLLM's guided decoding, as the stub plays it) --
+
+
+def test_a_json_schema_response_format_is_answered_with_an_instance_of_it():
+    schema = {"type": "object", "properties": {"complexity_reasoning": {"type": "string"},
+                                               "complexity_score": {"type": "integer"},
+                                               "level": {"type": ["string", "null"], "enum": ["low", "high"]}},
+              "required": ["complexity_reasoning", "complexity_score", "level"]}
+    body = {**user("How hard is this?"), "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}}
+    plan = plan_for(body)
+    assert json.loads("".join(plan.content)) == {"complexity_reasoning": "hello", "complexity_score": 1, "level": "low"}
+    plain = plan_for({**user("hi"), "response_format": {"type": "json_object"}})
+    assert "".join(plain.content) == "{}"
+    assert "".join(plan_for({**user("hi"), "response_format": {"type": "text"}}).content) == "".join(plan_for(user("hi")).content)
+
+
+def test_gemini_clis_shell_tool_gets_the_agent_command():
+    tools = [{"type": "function", "function": {"name": "run_shell_command", "parameters": {"type": "object"}}}]
+    plan = plan_for({**user("Run it."), "tools": tools}, agent=True)
+    assert plan.tool_call == ToolCallPlan("run_shell_command", json.dumps({"command": "echo hello-from-tool"}))

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Gemini CLI for tests/e2e/test_gemini_cli.py: one pinned release from the npm registry into the
+# project-local, gitignored .cache/gemini-cli. A no-op when that release is already there.
+#
+# Why 0.61.0: the newest release when the Gemini surface was built (it speaks only Google's
+# Gemini API; GOOGLE_GEMINI_BASE_URL moves it to the gateway). engines: node >= 20.
+set -euo pipefail
+VERSION=0.61.0
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+DEST="$ROOT/.cache/gemini-cli"
+BIN="$DEST/node_modules/.bin/gemini"
+
+installed() {
+  [ -x "$BIN" ] && grep -q "\"version\": \"$VERSION\"" "$DEST/node_modules/@google/gemini-cli/package.json" 2>/dev/null
+}
+
+if installed; then
+  exit 0
+fi
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  apt-get update
+  apt-get install -y --no-install-recommends nodejs npm
+fi
+
+mkdir -p "$DEST"
+npm install --prefix "$DEST" --no-save --no-audit --no-fund "@google/gemini-cli@$VERSION"
+installed || { echo "gemini-cli.sh: @google/gemini-cli@$VERSION did not install into $DEST" >&2; exit 1; }
+echo "gemini-cli.sh: installed @google/gemini-cli $VERSION into $DEST"

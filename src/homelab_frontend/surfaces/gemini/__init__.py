@@ -1,0 +1,1 @@
+"""The Gemini API surface (Google GenAI SDKs, Gemini CLI): generateContent and friends."""

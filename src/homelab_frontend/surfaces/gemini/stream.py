@@ -1,0 +1,203 @@
+"""The Gemini stream encoder: canonical events in, `streamGenerateContent` bytes out. Pure.
+
+    enc = GeminiStreamEncoder(model=req.model, response_id=new_response_id(), signer=signer,
+                              include_thoughts=not req.reasoning_hidden, framing="sse")
+    for event in events:
+        write(enc.feed(event))       # zero or one chunk, at once (never buffered but for calls)
+    write(enc.finish())              # the upstream ended normally: the last chunk
+    # or, once something was written:  write(enc.fail("INTERNAL", "..."))
+
+Every chunk is one whole `GenerateContentResponse`:
+
+    {"candidates": [{"content": {"parts": [...], "role": "model"}, "index": 0}],
+     "modelVersion": <the name the client sent>, "responseId": <one id for the whole answer>}
+
+and the last one adds `"finishReason"` to the candidate and `"usageMetadata"` (rules.py) to the
+response; its content holds the parts still held (function calls, a trailing signature) or no
+parts at all (`{"role": "model"}`, as Google sends an empty repeated field). Which parts each
+event makes is parts.py's business.
+
+Framing
+-------
+`sse` (`?alt=sse`, what both SDKs and Gemini CLI ask for): `data: <json>\\r\\n\\r\\n` per chunk, as
+Google frames them; no `event:` lines, no comments, no keep-alive frames, no `[DONE]` (both SDKs
+fail on those). `array` (no `alt=sse`, Google's default for REST): one JSON array, written as it
+grows: `[` + chunk, `,\\r\\n` + chunk, ..., `]`. U+2028 / U+2029 are escaped in every chunk
+(rules.escape_separators).
+
+A failure after the first byte
+------------------------------
+The client must see it as a failure, never as an answer that happens to be short. Gemini CLI's
+SDK (@google/genai) reads an SSE `data:` frame holding `{"error": ...}` as an empty chunk, and a
+stream that then ends cleanly as an empty answer ("Model stream ended without a finish reason",
+exit 0). What both SDKs do report is what Google itself sends: the error object *outside* the
+SSE framing, a bare JSON line `{"error": {"code", "message", "status"}}`. The JS SDK parses each
+network read as JSON first and throws `ApiError(code)` for an `error` in it (Gemini CLI then
+retries a 5xx at most 3 times and fails the turn); if the line shares a read with other bytes it
+is left in the SDK's buffer, and the stream ending with unparsed bytes throws "Incomplete JSON
+segment at the end": a failure either way. The Python SDK buffers non-`data:` lines until their
+braces balance and raises `APIError` for a chunk that starts with `{"error":`. So `fail()` writes
+that bare line, and nothing after it. In the `array` framing it is a last element with the
+array left open, so no JSON parser can take the body for a complete answer.
+
+fail() before anything was written is that same line alone; the I/O layer should prefer a real
+HTTP error while it has not sent the response headers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal
+
+import msgspec
+
+from ... import canonical as c
+from ..signature import ThinkingSigner
+from .parts import CALL, TEXT, THOUGHT, PartMachine, part_json
+from .rules import escape_separators, finish_reason, new_call_id, usage_metadata
+
+_encode = msgspec.json.Encoder().encode
+_TextDelta = c.TextDelta
+_Usage = c.Usage
+
+IDLE = "IDLE"
+STREAMING = "STREAMING"
+ENDED = "ENDED"
+
+Framing = Literal["sse", "array"]
+
+
+class GeminiStreamEncoder:
+    __slots__ = ("model", "response_id", "state", "failed", "_parts", "_framing", "_lead", "_next_lead",
+                 "_trail", "_text_head", "_text_tail", "_thought_tail", "_tail_obj")
+
+    def __init__(self, *, model: str, response_id: str, signer: ThinkingSigner, include_thoughts: bool,
+                 framing: Framing = "sse", new_call_id: Callable[[], str] = new_call_id) -> None:
+        self.model = model
+        self.response_id = response_id
+        self.state = IDLE
+        self.failed = False
+        self._parts = PartMachine(signer=signer, include_thoughts=include_thoughts, new_call_id=new_call_id)
+        self._framing = framing
+        # what goes before and after each chunk: `data: ` ... blank line, or the array's punctuation
+        if framing == "sse":
+            self._lead = self._next_lead = b"data: "
+            self._trail = b"\r\n\r\n"
+        else:
+            self._lead, self._next_lead, self._trail = b"[", b",\r\n", b""
+        # the hot path (one chunk per streamed token) is a fixed head, the text, a fixed tail
+        tail = escape_separators(b',"index":0}],"modelVersion":' + _encode(model) + b',"responseId":'
+                                 + _encode(response_id) + b"}") + self._trail
+        self._text_head = b'{"candidates":[{"content":{"parts":[{"text":'
+        self._text_tail = b'}],"role":"model"}' + tail
+        self._thought_tail = b',"thought":true}],"role":"model"}' + tail
+        self._tail_obj = {"modelVersion": model, "responseId": response_id}
+
+    # -- readable state ----------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self.state is not IDLE
+
+    @property
+    def ended(self) -> bool:
+        return self.state is ENDED
+
+    @property
+    def usage(self) -> c.Usage:
+        return self._parts.usage
+
+    @property
+    def dropped_tool_args(self) -> int:
+        return self._parts.dropped_tool_args
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def feed(self, event: c.Event) -> bytes:
+        if self.state is ENDED:
+            return b""
+        kind = type(event)
+        pm = self._parts
+        # the hot path, one call per streamed token: a text delta with nothing held before it,
+        # and the usage report that rides on most of vLLM's chunks
+        if kind is _TextDelta and not (pm.calls or pm.held_ws or pm.reasoning):
+            return self._text(event.text, self._text_tail) if event.text else b""
+        if kind is _Usage:
+            pm.usage = event.over(pm.usage)
+            return b""
+        if kind is c.UpstreamError:
+            return self.fail(midstream_status(event.kind), event.message)
+        parts = pm.feed(event)
+        if not parts:
+            return b""
+        if len(parts) == 1:
+            kind, text, sig = parts[0]
+            if sig is None and kind is not CALL:
+                return self._text(text, self._text_tail if kind is TEXT else self._thought_tail)
+        return self._frame(self._chunk([part_json(p) for p in parts]))
+
+    def finish(self) -> bytes:
+        if self.state is ENDED:
+            return b""
+        pm = self._parts
+        parts = [part_json(p) for p in pm.end()]
+        out = self._frame(self._chunk(parts, finish_reason(pm.finish), usage_metadata(pm.usage)))
+        self.state = ENDED
+        return out + (b"]" if self._framing == "array" else b"")
+
+    def fail(self, status: str, message: str) -> bytes:
+        """`status`: a google.rpc.Code name (INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
+        if self.state is ENDED:
+            return b""
+        code = _CODES.get(status, 500)
+        line = escape_separators(_encode({"error": {"code": code, "message": message, "status": status}}))
+        if self._framing == "array":
+            out = (b"[" if self.state is IDLE else b",\r\n") + line
+        else:
+            out = line + b"\n"
+        self.state = ENDED
+        self.failed = True
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _chunk(self, parts: list[dict], finish: str | None = None, usage: dict | None = None) -> bytes:
+        candidate: dict = {"content": {"parts": parts, "role": "model"} if parts else {"role": "model"}}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        candidate["index"] = 0
+        obj: dict = {"candidates": [candidate]}
+        if usage is not None:
+            obj["usageMetadata"] = usage
+        obj.update(self._tail_obj)
+        return _encode(obj)
+
+    def _text(self, text: str, tail: bytes) -> bytes:
+        # only the text varies: it alone needs the separators escaped
+        lead = self._lead
+        self._lead = self._next_lead
+        self.state = STREAMING
+        enc = _encode(text)
+        if b"\xe2\x80" in enc:
+            enc = escape_separators(enc)
+        return lead + self._text_head + enc + tail
+
+    def _frame(self, chunk: bytes) -> bytes:
+        lead = self._lead
+        self._lead = self._next_lead
+        self.state = STREAMING
+        return lead + escape_separators(chunk) + self._trail
+
+
+# canonical UpstreamError.kind -> the status of the error the client is sent
+_STATUS_OF_KIND: dict[str, str] = {
+    "api_error": "INTERNAL",
+    "overloaded_error": "UNAVAILABLE",
+    "timeout_error": "DEADLINE_EXCEEDED",
+}
+_CODES: dict[str, int] = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499,
+                          "INTERNAL": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
+
+
+def midstream_status(kind: str) -> str:
+    """The status for a failure of `kind` (an UpstreamError kind) after the stream began."""
+    return _STATUS_OF_KIND.get(kind, "INTERNAL")
