@@ -21,6 +21,14 @@ for the upstream to process its end. Capped by `SETTLE_MAX_S`. An exchange read 
 its slot back at once: the upstream finished that sequence before it sent the last byte. The
 gateway's own cancels (`own_cancel`: a timeout, the admin API) free the slot at once as before,
 since their error is still to be written to a client that may not read it.
+
+The prompt count (`count_prompt`): where the upstream reports the prompt's size only at the end
+of its answer (llama.cpp, Ollama) or never (a generation the gateway stopped itself, at a stop
+string it matched), the exact figure comes from the backend's tokenizer (upstream/prompt_count.py).
+The count is a task the exchange owns, started as soon as the upstream body exists and run beside
+the upstream call, so it costs no time to first token; leaving the exchange cancels it with the
+upstream response. `prompt_tokens` is the count once it arrived (None before, or without a
+tokenizer); `counted_prompt()` waits for it, bounded.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import time
 from typing import Awaitable, Callable
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from ..errors import GatewayError
@@ -37,6 +46,7 @@ from ..policy.auth import ANONYMOUS, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from ..upstream.client import UpstreamClient
+from ..upstream.prompt_count import can_count, count_prompt
 
 RELEASE_GRACE_S = 0.02  # after our end of an aborted upstream connection is closed
 SETTLE_MAX_S = 0.25  # longest an aborted exchange waits for that before its slot is given back
@@ -68,6 +78,7 @@ class Exchange:
         self._held_since: float | None = None
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
+        self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
@@ -122,6 +133,51 @@ class Exchange:
         self.t.phase = STREAMING
         self.t.ttft = time.monotonic() - self.t.started
 
+    # -- the prompt count, beside the upstream call ------------------------------------------
+
+    def count_prompt(self, payload: bytes) -> bool:
+        """Start counting the prompt of `payload` (the upstream chat body) with the backend's
+        tokenizer, unless it has none or a count already runs. -> whether a count runs."""
+        assert self.backend is not None
+        if self._count is not None:
+            return True
+        cfg = self.backend.cfg
+        if not can_count(cfg.kind):
+            return False
+        client = self.clients[self.backend.name]
+        timeout_s = min(10.0, cfg.timeouts.first_token_s)
+
+        async def count() -> int | None:
+            return await count_prompt(client, cfg.kind, msgspec.json.decode(payload), timeout_s=timeout_s)
+
+        self._count = self._loop.create_task(count())
+        return True
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The backend tokenizer's count of the prompt, once it has arrived; else None."""
+        task = self._count
+        if task is None or not task.done() or task.cancelled():
+            return None
+        return task.result()  # count_prompt turns every failure into None
+
+    def prompt_tokens_or(self, fallback: int) -> Callable[[], int]:
+        """A function giving the count when it has arrived, else `fallback` (an estimate): for a
+        figure written at a moment the caller does not choose (Anthropic's message_start)."""
+        return lambda: p if (p := self.prompt_tokens) is not None else fallback
+
+    async def counted_prompt(self, timeout_s: float | None = None) -> int | None:
+        """The prompt count, waited for (at most `timeout_s`); None without one."""
+        task = self._count
+        if task is None:
+            return None
+        if not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            except TimeoutError:
+                return None
+        return self.prompt_tokens
+
     # -- the end ------------------------------------------------------------------------------
 
     async def __aenter__(self) -> "Exchange":
@@ -150,6 +206,8 @@ class Exchange:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self._count is not None and not self._count.done():
+            self._count.cancel()  # its connection closes with it; nobody wants the figure now
         closed = None
         if self.resp is not None:
             if self.complete:

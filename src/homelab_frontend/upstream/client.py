@@ -70,7 +70,13 @@ class UpstreamClient:
     capped below what the upstream announces, and a request that failed that way on a REUSED
     connection is sent once more on a fresh one (it cannot have reached the upstream's model: the
     upstream had closed that connection). A fresh connection's failure, or one after any byte of
-    an answer, is never retried."""
+    an answer, is never retried.
+
+Side requests (the tokenizer's /apply-template and /tokenize, run beside a chat request:
+upstream/prompt_count.py) have a keep-alive pool of their own: they never take a connection a
+chat request would have reused, so counting a prompt does not change which connections the
+answers travel on (llama.cpp closes a connection a moment after a stream: which one a request
+lands on matters)."""
 
     def __init__(self, name: str, cfg: Backend) -> None:
         self.name = name
@@ -80,6 +86,7 @@ class UpstreamClient:
         self.root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base
         self._session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # one connection per request: retries
+        self._side: aiohttp.ClientSession | None = None  # side requests (see the class docstring)
         self.keepalive_s = _KEEPALIVE_S
         self.retried = 0  # requests resent after a stale connection (tests, diagnostics)
 
@@ -114,21 +121,26 @@ class UpstreamClient:
             self._session = self._new_session(fresh=False)
         return self._session
 
+    def _side_session(self) -> aiohttp.ClientSession:
+        if self._side is None or self._side.closed:
+            self._side = self._new_session(fresh=False)
+        return self._side
+
     def _fresh_session(self) -> aiohttp.ClientSession:
         if self._fresh is None or self._fresh.closed:
             self._fresh = self._new_session(fresh=True)
         return self._fresh
 
     async def close(self) -> None:
-        for s in (self._session, self._fresh):
+        for s in (self._session, self._fresh, self._side):
             if s is not None:
                 await s.close()
 
-    async def _request(self, method: str, url: str, **kw) -> aiohttp.ClientResponse:
+    async def _request(self, method: str, url: str, side: bool = False, **kw) -> aiohttp.ClientResponse:
         """One request, resent once on a fresh connection when a reused one turned out stale."""
         ctx: dict = {}
         try:
-            resp = await self.session().request(method, url, allow_redirects=False, trace_request_ctx=ctx, **kw)
+            resp = await (self._side_session() if side else self.session()).request(method, url, allow_redirects=False, trace_request_ctx=ctx, **kw)
         except (aiohttp.ClientConnectionError, OSError) as err:
             if not (ctx.get("reused") and _stale(err)):
                 raise
@@ -149,10 +161,11 @@ class UpstreamClient:
         limit = max(0.5, float(m.group(1)) - 1.0)
         if limit < self.keepalive_s:
             self.keepalive_s = limit
-            connector = self.session().connector
-            if connector is not None and hasattr(connector, "_keepalive_timeout"):
-                # aiohttp has no public setter; it reads this on every reuse and cleanup
-                connector._keepalive_timeout = limit
+            for session in (self._session, self._side):  # a session made later gets it at birth
+                connector = session.connector if session is not None else None
+                if connector is not None and hasattr(connector, "_keepalive_timeout"):
+                    # aiohttp has no public setter; it reads this on every reuse and cleanup
+                    connector._keepalive_timeout = limit
 
     async def read_all(self, resp: aiohttp.ClientResponse) -> bytes:
         """A whole (non-streaming) answer, at most `limits.max_body_bytes` (upstream_read)."""
@@ -177,12 +190,13 @@ class UpstreamClient:
             reason = type(err).__name__
         return GatewayError("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})")
 
-    async def post(self, path: str, body: bytes, root: bool = False) -> aiohttp.ClientResponse:
+    async def post(self, path: str, body: bytes, root: bool = False, side: bool = False) -> aiohttp.ClientResponse:
         """POST and return the response once its headers are in; a non-2xx status is raised as
-        GatewayError("upstream_error") with the upstream's own message and status."""
+        GatewayError("upstream_error") with the upstream's own message and status. `side`: on the
+        side requests' own pool (see the class docstring)."""
         url = (self.root if root else self.base) + path
         try:
-            resp = await self._request("POST", url, data=body)
+            resp = await self._request("POST", url, side, data=body)
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
             raise self._unreachable(err) from None
         if resp.status >= 300:

@@ -36,6 +36,7 @@ from .stream import AnthropicStreamEncoder
 from ..context import Gateway
 
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+_COUNT_WAIT_S = 2.0  # at the end of an answer the prompt count has long arrived; if not, estimate
 
 
 def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
@@ -67,11 +68,12 @@ async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamR
             await out.write_eof()
             return out
         ex.ping_interval = gw.cfg.anthropic.ping_interval_s  # before open: the watchdog's tick
-        upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not gateway_stops)
+        upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not gateway_stops,
+                                   count_prompt=True)
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
         enc = AnthropicStreamEncoder(message_id=message_id, model=req.model, signer=gw.signer,
-                                     input_tokens=_estimated_input_tokens(body, req),
+                                     input_tokens=ex.prompt_tokens_or(_estimated_input_tokens(body, req)),
                                      hide_reasoning=req.reasoning_hidden)
         ex.on_idle = lambda: out.write(enc.ping())
         try:
@@ -119,8 +121,11 @@ async def _relay(upstream, ex: Exchange, t: Tracked, enc: AnthropicStreamEncoder
                 return
         if enc.output_tokens is None:
             # the gateway stopped the generation (a stop sequence) before the upstream reported
-            # usage: its own count, one token per delta (README: usage)
-            enc.feed(c.Usage(output_tokens=t.tokens_out))
+            # usage: its own count, one token per delta, and the tokenizer's prompt (README: usage)
+            prompt = await ex.counted_prompt(_COUNT_WAIT_S)
+            if prompt is not None:
+                t.tokens_in = prompt
+            enc.feed(c.Usage(input_tokens=prompt, output_tokens=t.tokens_out))
         await out.write(enc.finish())
     except _Midstream as err:
         t.fail(err.kind, override=True)
@@ -151,7 +156,7 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
     else:
         # streamed for the gateway's stop matching, or because the backend cannot stop a plain
         # generation (config.Backend.streams_upstream): no first token to await either way
-        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None)
+        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None, count_prompt=matcher is not None)
         t.phase = GENERATING
         try:
             async for events in _stream_events(upstream, ex, matcher):
@@ -169,7 +174,8 @@ async def _whole_message(req: c.Request, ex: Exchange, t: Tracked, message_id: s
     if usage["output_tokens"] is None:
         usage["output_tokens"] = counted
     if usage["input_tokens"] is None:
-        usage["input_tokens"] = estimated_input
+        prompt = await ex.counted_prompt(_COUNT_WAIT_S)
+        usage["input_tokens"] = prompt if prompt is not None else estimated_input
     t.tokens_cached = usage.get("cache_read_input_tokens")
     t.tokens_in = usage.get("input_tokens")
     if t.tokens_in is not None and t.tokens_cached is not None:
