@@ -64,6 +64,7 @@ def build_app(gw: Gateway) -> web.Application:
     r.add_post("/llm/v1/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
     r.add_post("/llm/v1/responses", surface("responses", responses_surface.create), **x)
     r.add_get("/llm/v1/responses/{id}", surface("responses", responses_surface.retrieve), **x)
+    r.add_get("/llm/v1/responses/{id}/input_items", surface("responses", responses_surface.input_items), **x)
     r.add_delete("/llm/v1/responses/{id}", surface("responses", responses_surface.delete), **x)
     r.add_route("*", "/llm/v1/responses/{tail:.*}", _unknown("responses"), **x)
     r.add_route("*", "/llm/v1/messages/{tail:.*}", _unknown("anthropic"), **x)

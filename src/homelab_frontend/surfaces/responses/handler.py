@@ -28,6 +28,7 @@ from ...request.exchange import Exchange
 from ...request.tracker import GENERATING, Tracked
 from ...upstream.decode import Malformed, decode_completion
 from ..upstream_events import Midstream, stream_events
+from . import items
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
 from .response import base_response, new_id
@@ -54,9 +55,9 @@ class State:
         await self.store.close()
 
 
-def _parse(body: bytes, lim, sealer: ReasoningSealer) -> ParsedRequest:
+def _parse(body: bytes, lim, sealer: ReasoningSealer, resolved: dict | None = None) -> ParsedRequest:
     limits.check_json(body, lim, counted=("input",))  # Gateway.parse counted messages and tools
-    return parse_request(body, sealer=sealer)
+    return parse_request(body, sealer=sealer, resolved=resolved)
 
 
 def _owner(principal) -> str:
@@ -86,7 +87,7 @@ def conversation(history: list[c.Message], parsed: ParsedRequest, output: list[d
     for item in output:
         kind = item["type"]
         if kind == "reasoning":
-            reasoning.extend(x["text"] for x in item["content"])
+            reasoning.append(items.reasoning_text(item))
         elif kind == "message":
             parts.extend(c.TextPart(x["text"]) for x in item["content"] if x["text"])
         elif kind == "function_call":
@@ -133,6 +134,9 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
     route = gw.router.resolve(parsed.model)
     principal = gw.auth.admit(request, route, "responses")
     owner = _owner(principal)
+    if parsed.references:  # item_reference items: read from the store, then parsed in their place
+        found = await items.resolve(parsed.references, lambda rid: _load(state, rid, owner, "input"))
+        parsed = await gw.parse(body, lambda b: _parse(b, gw.cfg.limits, state.sealer, found))
     history: list[c.Message] = []
     prev = parsed.previous_response_id
     if prev:
@@ -144,16 +148,19 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
     req = parsed.canonical(history)
     resp_id = new_id("resp_")
     enc = ResponsesStreamEncoder(base=base_response(resp_id, parsed, prev), names=parsed.names,
-                                 sealer=state.sealer if parsed.include_encrypted else None)
+                                 sealer=state.sealer if parsed.include_encrypted else None,
+                                 summary=parsed.reasoning_summary)
 
     async def keep() -> None:
         if parsed.store and not enc.failed:
-            await _save(state, resp_id, Record(owner, enc.response(), conversation(history, parsed, enc.output)))
+            await _save(state, resp_id, Record(owner, enc.response(), conversation(history, parsed, enc.output),
+                                               items.number_inputs(parsed.input_items, resp_id)))
 
     session = session_key(request.headers, req) if route.wants_session else None
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal, session) as ex:
         await ex.admit()
         if not req.stream:
+            enc.counts_reasoning = ex.backend.cfg.streams_upstream  # else one reasoning text, not tokens
             for ev in await _whole_events(ex, req, t):
                 enc.feed(ev)
             if enc.failed:
@@ -213,6 +220,17 @@ async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Respons
         raise GatewayError("not_found", f"no response with id {resp_id!r}")
     t.model = rec.response.get("model") or ""
     return web.Response(body=_encode(rec.response), content_type="application/json", headers=gw.headers(t))
+
+
+async def input_items(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    principal = gw.auth.admit(request, None, "responses")
+    resp_id = request.match_info["id"]
+    rec = await _load(gw.responses, resp_id, _owner(principal), None)
+    if rec is None:
+        raise GatewayError("not_found", f"no response with id {resp_id!r}")
+    t.model = rec.response.get("model") or ""
+    return web.Response(body=_encode(items.page(rec.input_items, request.query)), content_type="application/json",
+                        headers=gw.headers(t))
 
 
 async def delete(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
