@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .slots import SlotPool, _Waiter
+from .slots import WaitQueue, _Waiter, granted as _granted
 
 log = logging.getLogger("homelab_frontend.cluster")
 
@@ -488,16 +488,20 @@ class _RWaiter(_Waiter):
     __slots__ = ("task", "tracked")
 
 
-class RedisSlotPool(SlotPool):
-    """A `SlotPool` whose slots live in Redis. The queue (fairness, priority, depth, timeout,
-    Retry-After) is the base class's; only taking and giving back differ, and they are async.
+class RedisSlotPool:
+    """A backend's slots as Redis leases. The queue in front (fairness, priority, depth, timeout,
+    Retry-After) is the same `WaitQueue` the in-process `SlotPool` uses; what is this class's own is
+    taking and giving back, which are awaits on Redis, and the granter task that serves the queue.
 
     `in_use` is the cluster-wide count as last seen (every take, every renewal, and each admin
     view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
     check see the backend's real load; `held` is this replica's share."""
 
     def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: Registry) -> None:
-        super().__init__(name, slots, depth, timeout_s)
+        self.name = name
+        self.slots = slots
+        self.in_use = 0
+        self.queue = WaitQueue(name, depth, timeout_s)
         self.reg = registry
         self.key = leases_key(name)
         self.channel = free_channel(name)
@@ -513,12 +517,23 @@ class RedisSlotPool(SlotPool):
     def held(self) -> int:
         return sum(1 for h in self._held.values() if h.bound)
 
-    # Never granted synchronously: the base class's sync paths (release, resize) find no slot.
-    def _try_take(self) -> bool:
-        return False
+    @property
+    def depth(self) -> int:
+        return self.queue.depth
 
-    def _give_back(self) -> None:
-        pass
+    @property
+    def timeout_s(self) -> float:
+        return self.queue.timeout_s
+
+    @property
+    def queued(self) -> int:
+        return self.queue.queued
+
+    def retry_after(self, position: int | None = None) -> float:
+        return self.queue.retry_after(self.slots, position)
+
+    def expected_wait_s(self) -> float:
+        return self.queue.expected_wait_s(self.slots, self.in_use)
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -527,44 +542,22 @@ class RedisSlotPool(SlotPool):
             raise self.reg.unreachable()
         task = asyncio.current_task()
         tracked = self.reg.request_for(task)
-        if self.queued == 0:
+        if self.queue.queued == 0:
             member = await self._take(task, tracked)
             if member is not None:
                 return
-        if self.queued >= self.depth:
-            raise GatewayError(
-                "overloaded",
-                f"backend {self.name!r} is busy: all {self.slots} slots in use across the cluster and "
-                f"{self.queued} requests already waiting here (queue depth {self.depth})",
-                retry_after=self.retry_after(),
-            )
+        self.queue.check_room(self.slots, " across the cluster")
         waiter = _RWaiter(asyncio.get_running_loop().create_future(), key, priority)
         waiter.task, waiter.tracked = task, tracked
-        self._enqueue(waiter)
         if self._granter is None or self._granter.done():
+            # a task: it first runs once the waiter below is queued
             self._granter = self.reg.spawn(self._grant_loop())
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await waiter.fut
-        except TimeoutError:
-            if _granted(waiter.fut):
-                return  # granted in the same tick the deadline passed: keep it
-            self._forget(waiter)
-            raise self.waited_too_long() from None
-        except GatewayError:
-            raise  # failed by the granter (Redis went away); already out of the queue
-        except BaseException:
-            if _granted(waiter.fut):
-                self.release()  # granted, but the caller went away before using it
-            else:
-                self._forget(waiter)
-            raise
+        await self.queue.wait(waiter, self.slots, self.release)
 
     def release(self, held_s: float | None = None) -> None:
         """Immediate for the caller: the slot leaves this replica's books now and the Redis call
         runs in a task of its own (if it fails, the lease is no longer renewed and expires)."""
-        if held_s is not None:
-            self._hold_s += 0.2 * (held_s - self._hold_s)
+        self.queue.note_hold(held_s)
         task = asyncio.current_task()
         members = self._by_task.get(task) if task is not None else None
         if members:
@@ -578,7 +571,7 @@ class RedisSlotPool(SlotPool):
         self._wake.set()
 
     def resize(self, slots: int, depth: int, timeout_s: float) -> None:
-        self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
+        self.slots, self.queue.depth, self.queue.timeout_s = slots, depth, timeout_s
         self._wake.set()
 
     # -- taking and giving back ---------------------------------------------------------------
@@ -689,7 +682,7 @@ class RedisSlotPool(SlotPool):
     # -- the granter --------------------------------------------------------------------------
 
     def _peek(self) -> _RWaiter | None:
-        return self._queue.peek()  # type: ignore[return-value]
+        return self.queue.peek()  # type: ignore[return-value]
 
     async def _grant_loop(self) -> None:
         try:
@@ -701,7 +694,7 @@ class RedisSlotPool(SlotPool):
     async def _grant_rounds(self) -> None:
         """While anybody waits here: take a slot in Redis for the head of the queue, or wait for
         one to be given back somewhere (pub/sub), or POLL_S."""
-        while self.queued:
+        while self.queue.queued:
             if not self.reg.ok:
                 self._fail_waiters(self.reg.unreachable())
                 return
@@ -716,9 +709,9 @@ class RedisSlotPool(SlotPool):
             if member is not None:
                 if member in self._held:  # still bound: hand it over
                     if self._peek() is w:
-                        self._pop_next()  # also rotates w's key behind the others
+                        self.queue.pop()  # also rotates w's key behind the others
                     else:
-                        self._forget(w)
+                        self.queue.remove(w)
                     w.fut.set_result(None)
                 continue
             try:
@@ -728,15 +721,10 @@ class RedisSlotPool(SlotPool):
                 pass
 
     def _fail_waiters(self, err: GatewayError) -> None:
-        while (w := self._pop_next()) is not None:
-            if not w.fut.done():
-                w.fut.set_exception(err)
+        self.queue.fail_all(err)
 
     def _stop(self, err: GatewayError) -> None:
         if self._granter is not None:
             self._granter.cancel()
         self._fail_waiters(err)
 
-
-def _granted(fut: asyncio.Future) -> bool:
-    return fut.done() and not fut.cancelled() and fut.exception() is None
