@@ -27,12 +27,22 @@ restart) or only for itself (a partition, while the others go on handing out slo
   may legitimately have its slot, and the backend must never run more than `slots`;
 - on reconnect the replica re-registers the leases of the requests still running.
 
-Redis that comes back empty (restarted without persistence, or brand new) has forgotten every
-lease. The first script to run then writes an epoch key holding `now + lease_s`; until that moment
-no new slot is granted, but re-registrations are accepted. Every replica that holds a slot either
-re-registers it or stops its request before its old lease ends, which is before the epoch's grace
-ends, so when new grants resume the set is complete again. The price: a Redis that starts empty
-grants nothing for one `lease_s` (queued requests wait that long; see the README).
+Redis that comes back empty (restarted without persistence) has forgotten every lease; a brand-new
+one never held any. Redis cannot tell the two apart, the replicas can: only a replica that holds
+slots has leases to lose. The first script to run on an empty Redis writes an epoch key holding
+the end of a grace during which no new slot is granted, but re-registrations are accepted:
+- run by a replica that holds slots (it says so: the `holder` argument), the grace is `lease_s`:
+  every replica that holds a slot either re-registers it or stops its request before its old
+  lease ends, which is before the grace ends, so when new grants resume the set is complete;
+- run by a replica that holds none, the grace is a short discovery window (`DISCOVERY_S`):
+  replicas that do hold slots notice the restart at once (their pub/sub connection breaks, and
+  the listener, once subscribed again, has the maintainer renew without waiting for its next
+  round) and re-register within it; the first re-registration of a lost lease turns the window
+  into the full grace, `lease_s` from the epoch's start. So a fresh cluster waits about one
+  second, not `lease_s`, and a Redis that lost its leases still waits the whole grace.
+  The remaining risk: a replica that holds slots and cannot reach the new Redis within the window
+  (a partition at the same moment as the restart); when it comes back, its lease is taken back if
+  there is room, else its request is stopped, as for any lease that expired.
 
 Every Redis call is bounded by a short timeout (retried at most once, on a fresh connection,
 within that bound).
@@ -73,6 +83,9 @@ EPOCH_KEY = f"{PREFIX}:epoch"
 FREE_PATTERN = f"{PREFIX}:free:*"
 POLL_S = 0.25  # a waiting replica re-checks this often even without a pub/sub message
 RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
+# How long an empty Redis first waits for replicas that hold slots to re-register (docstring):
+# a listener's retry and the maintainer's pause (RECONNECT_S each), the calls, with room to spare.
+DISCOVERY_S = 1.0
 RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
 
 
@@ -87,30 +100,44 @@ def free_channel(backend: str) -> str:
 # -- the scripts --------------------------------------------------------------------------------
 # KEYS[1] is a backend's lease set, KEYS[2] (where used) the epoch key. Times are ms of Redis's TIME.
 
+# The epoch key holds "<grace end> <epoch start>" (ms); `holder` is 1 when the calling replica
+# holds slots, `discovery` the short grace for one that holds none (see the docstring).
 _CLOCK = """
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function grace_left(now, lease)
+local function grace_left(now, lease, holder, discovery)
   local g = redis.call('GET', KEYS[2])
   if not g then
-    redis.call('SET', KEYS[2], string.format('%d', now + lease))
-    return lease
+    local grace = discovery
+    if holder == 1 then grace = lease end
+    redis.call('SET', KEYS[2], string.format('%d %d', now + grace, now))
+    return grace
   end
-  local left = tonumber(g) - now
+  local left = tonumber(string.match(g, '^(-?%d+)')) - now
   if left > 0 then return left end
+  return 0
+end
+-- a lost lease re-registered during the grace: the grace lasts lease_s from the epoch's start
+local function full_grace(now, lease)
+  local g = redis.call('GET', KEYS[2])
+  local born = g and tonumber(string.match(g, ' (%d+)$'))
+  if born and born + lease > now then
+    redis.call('SET', KEYS[2], string.format('%d %d', born + lease, born))
+    return born + lease - now
+  end
   return 0
 end
 """
 
-# ARGV: lease_ms, limit, member -> {taken 0/1, slots in use, grace ms left}
+# ARGV: lease_ms, limit, member, holder, discovery_ms -> {taken 0/1, slots in use, grace ms left}
 # Idempotent (a member already in the set is simply held), so a call retried after a dropped
 # connection cannot take two slots or mistake its own slot for somebody else's.
 ACQUIRE = _CLOCK + """
 local now = clock()
 local lease = tonumber(ARGV[1])
-local grace = grace_left(now, lease)
+local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
@@ -134,7 +161,7 @@ if freed > 0 then redis.call('PUBLISH', ARGV[1], redis.call('ZCARD', KEYS[1])) e
 return freed
 """
 
-# ARGV: lease_ms, limit, channel, n_drop, drop..., renew...
+# ARGV: lease_ms, limit, channel, holder, discovery_ms, n_drop, drop..., renew...
 # -> {grace ms left, lost members, re-added members, every live member}
 # A member still in the set is extended. A missing one (Redis lost it, or it expired) is added
 # back during an epoch's grace (every holder is re-registering then), or when there is room; when
@@ -143,13 +170,13 @@ RENEW = _CLOCK + """
 local now = clock()
 local lease = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local grace = grace_left(now, lease)
-local ndrop = tonumber(ARGV[4])
+local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local ndrop = tonumber(ARGV[6])
 local freed = 0
-for i = 5, 4 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
+for i = 7, 6 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local lost, readded = {}, {}
-for i = 5 + ndrop, #ARGV do
+for i = 7 + ndrop, #ARGV do
   local m = ARGV[i]
   if redis.call('ZSCORE', KEYS[1], m) then
     redis.call('ZADD', KEYS[1], now + lease, m)
@@ -160,6 +187,7 @@ for i = 5 + ndrop, #ARGV do
     lost[#lost + 1] = m
   end
 end
+if grace > 0 and #readded > 0 then grace = full_grace(now, lease) end
 if freed > 0 then redis.call('PUBLISH', ARGV[3], redis.call('ZCARD', KEYS[1])) end
 return {grace, lost, readded, redis.call('ZRANGE', KEYS[1], 0, -1)}
 """
@@ -331,6 +359,14 @@ class Registry:
         else:
             self.grace_until = None
 
+    def holds_any(self) -> int:
+        """1 when this replica holds slots (leases it would lose), for the epoch scripts."""
+        return int(any(p._dangling or any(h.bound for h in p._held.values()) for p in self.pools.values()))
+
+    @property
+    def discovery_ms(self) -> int:
+        return min(self.lease_ms, int(DISCOVERY_S * 1000))
+
     def request_for(self, task: asyncio.Task | None) -> Tracked | None:
         if task is None:
             return None
@@ -383,11 +419,17 @@ class Registry:
     async def _listen(self) -> None:
         """Wake the local granters when a slot is given back anywhere. Best effort: the granters
         also poll, so a lost message or a dead subscription only costs latency."""
+        broken = False
         while True:
             pubsub = self.client.pubsub()
             try:
                 async with asyncio.timeout(self.op_timeout):
                     await pubsub.psubscribe(FREE_PATTERN)
+                if broken:
+                    # Redis may have restarted empty: re-register what is held now, within the
+                    # epoch's discovery window, rather than at the next renewal round
+                    broken = False
+                    self._went_down.set()
                 while True:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg and msg.get("type") == "pmessage":
@@ -399,6 +441,7 @@ class Registry:
                             except (TypeError, ValueError):
                                 pass
             except Exception as err:  # noqa: BLE001 - best effort, and it must not die
+                broken = True
                 if not isinstance(err, self._errors):
                     log.warning("cluster: pub/sub listener: %r; polling meanwhile", err)
                 await asyncio.sleep(RECONNECT_S)
@@ -595,7 +638,8 @@ class RedisSlotPool:
             self._by_task.setdefault(task, []).append(member)
         try:
             taken, n, grace = await self.reg.call(
-                self.reg._acquire, [self.key, EPOCH_KEY], [self.reg.lease_ms, self.slots, member])
+                self.reg._acquire, [self.key, EPOCH_KEY],
+                [self.reg.lease_ms, self.slots, member, self.reg.holds_any(), self.reg.discovery_ms])
         except BaseException:
             self._drop(member)  # the script may have run before the failure: give it back
             raise
@@ -645,7 +689,8 @@ class RedisSlotPool:
         sent = asyncio.get_running_loop().time()
         grace, lost, readded, live = await self.reg.call(
             self.reg._renew, [self.key, EPOCH_KEY],
-            [self.reg.lease_ms, self.slots, self.channel, len(drops), *drops, *members])
+            [self.reg.lease_ms, self.slots, self.channel, self.reg.holds_any(), self.reg.discovery_ms,
+             len(drops), *drops, *members])
         self._dangling.difference_update(drops)
         self.reg.note_grace(int(grace))
         lost_set = set(lost)
