@@ -146,3 +146,37 @@ def test_stale_connection_failures():
     assert not _stale(aiohttp.ServerDisconnectedError(message=object()))  # part of an answer was read
     assert not _stale(aiohttp.ClientOSError(111, "refused"))
     assert not _stale(TimeoutError())
+
+
+def test_the_connector_tells_a_reused_connection_from_a_new_one():
+    import asyncio
+
+    from aiohttp import web
+
+    from homelab_frontend import config as cfgmod
+    from homelab_frontend.upstream import client as clientmod
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/x", lambda r: web.json_response({}))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        b = cfgmod.parse({"backends": {"u": {"url": f"http://127.0.0.1:{port}/v1"}},
+                          "models": {"m": {"backend": "u"}}}).backends["u"]
+        up = clientmod.UpstreamClient("u", b)
+        seen = []
+        try:
+            for _ in range(3):
+                resp = await up._request("POST", f"http://127.0.0.1:{port}/v1/x", data=b"{}")
+                await resp.read()
+                resp.release()
+                seen.append(clientmod._reused.get())
+        finally:
+            await up.close()
+            await runner.cleanup()
+        return seen
+
+    assert asyncio.run(main()) == [False, True, True]
