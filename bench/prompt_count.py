@@ -6,7 +6,8 @@ upstream call, as every Anthropic stream on llama.cpp does (request/exchange.py 
 in the other that count is switched off (the exchange method replaced, in this benchmark's child
 only). The same Anthropic streaming load goes through each, interleaved over repetitions, at
 concurrency 1 and 4 (the gateway's 4 slots full); the report is each one's median TTFT p50 and
-the difference. (No direct baseline: the stub, like llama.cpp, closes some connections after a
+the difference. `--llama` runs the same against llama.cpp's real llama-server with Gemma 3 270M
+(from `.ci/deps/llama-cpp.sh`), where the count has a real prefill to run beside. (No direct baseline: the stub, like llama.cpp, closes some connections after a
 stream, which the load generator's keep-alive workers count as errors.)
 """
 
@@ -15,9 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
+from pathlib import Path
 
 import yaml
 
@@ -32,6 +37,36 @@ PROMPT = "Tell me about the gateway and its slots, in a few words please. [stub 
 _NO_COUNT = ("import sys; from homelab_frontend.request.exchange import Exchange; "
              "Exchange.count_prompt = lambda self, payload: False; "
              "from homelab_frontend.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+LLAMA_HOME = Path(os.environ.get("HLF_LLAMA_HOME", Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"))
+LLAMA_VERSION = "11434.0.0"  # as tests/llamaproc.py
+TEMPLATE = Path(__file__).resolve().parents[1] / "tests" / "real" / "gemma3.jinja"
+
+
+def _llama_server(wd: str, slots: int) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(os.path.join(wd, "llama-server.log"), "wb")
+    proc = subprocess.Popen(
+        [str(LLAMA_HOME / LLAMA_VERSION / "bin" / "llama-server"), "-m",
+         str(LLAMA_HOME / "models" / "gemma-3-270m-q4_k_m.gguf"), "--alias", UPSTREAM_MODEL,
+         "--host", "127.0.0.1", "--port", str(port), "--parallel", str(slots), "-c", str(1024 * slots),
+         "-t", "1", "-tb", "1", "--metrics", "--jinja", "--chat-template-file", str(TEMPLATE), "--no-warmup"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("llama-server did not start")
 
 
 def _gateway(wd: str, name: str, stub_url: str, count: bool) -> procs.Proc:
@@ -56,17 +91,26 @@ def _spec(url: str, path: str, body: dict, dialect: str, c: int, n: int) -> dict
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.prompt_count", description=__doc__)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=150, help="timed requests per repetition and cell")
+    ap.add_argument("--requests", type=int, help="timed requests per repetition and cell (default 150, --llama 15)")
+    ap.add_argument("--llama", action="store_true", help="against the real llama-server (Gemma 3 270M)")
     args = ap.parse_args(argv)
+    if args.requests is None:
+        args.requests = 15 if args.llama else 150
     wd = procs.workdir()
-    stub = on = off = load = None
-    ant = {"model": CLIENT_MODEL, "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+    stub = on = off = load = llama = None
+    prompt = PROMPT.split(" [stub")[0] if args.llama else PROMPT
+    ant = {"model": CLIENT_MODEL, "max_tokens": 8 if args.llama else 64, "stream": True,
+           "messages": [{"role": "user", "content": prompt}]}
     out: dict[str, dict[int, list[float]]] = {"count on": {}, "count off": {}}
     errors = {"count on": 0, "count off": 0}
     try:
-        stub = procs.Proc("stub", [sys.executable, "-m", "homelab_frontend.stub", "--flavour", "llamacpp",
-                                   "--port", "0", "--model", UPSTREAM_MODEL, "--max-model-len", "8192"], wd)
-        on, off = _gateway(wd, "count-on", stub.url, True), _gateway(wd, "count-off", stub.url, False)
+        if args.llama:
+            llama, url = _llama_server(wd, 4)
+        else:
+            stub = procs.Proc("stub", [sys.executable, "-m", "homelab_frontend.stub", "--flavour", "llamacpp",
+                                       "--port", "0", "--model", UPSTREAM_MODEL, "--max-model-len", "8192"], wd)
+            url = stub.url
+        on, off = _gateway(wd, "count-on", url, True), _gateway(wd, "count-off", url, False)
         time.sleep(1.0)  # kind detection and the first health probe
         load = procs.LoadGen()
         for _ in range(args.reps):
@@ -81,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         for p in (load, off, on, stub):
             if p is not None:
                 p.stop()
-    print(f"TTFT p50 (ms), Anthropic stream on the llama.cpp stub, median of {args.reps} reps x {args.requests}:")
+        if llama is not None:
+            llama.kill()
+            llama.wait()
+    where = "the real llama-server (Gemma 3 270M, CPU)" if args.llama else "the llama.cpp stub"
+    print(f"TTFT p50 (ms), Anthropic stream on {where}, median of {args.reps} reps x {args.requests}:")
     for c in (1, 4):
         a, b = (statistics.median(out[k][c]) for k in ("count on", "count off"))
         print(f"  c={c}: count off {b:6.2f}   count on {a:6.2f}   on-off {a - b:+6.2f}"
