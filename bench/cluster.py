@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         stub = procs.start_stub(wd, UPSTREAM_MODEL)
         local = _gateway(wd, "in-process", stub.url, None)
         shared = _gateway(wd, "redis", stub.url, {"redis_url": url, "lease_s": 2})
-        time.sleep(2.5)  # a fresh Redis grants nothing for one lease_s (README: several replicas)
+        time.sleep(1.5)  # a fresh cluster grants nothing for its discovery window (README: several replicas)
         load = procs.LoadGen()
         ttft: dict[str, list[float]] = {"in-process": [], "redis": []}
         for _ in range(args.reps):

@@ -60,8 +60,8 @@ async def _acquire_cycles(pool, n: int) -> list[float]:
 
 
 async def _wait_grace(pool, timeout_s: float) -> None:
-    """A Redis with no epoch yet grants nothing for one lease: take one slot to get past it."""
-    pool.timeout_s = timeout_s
+    """A Redis with no epoch yet grants nothing for its grace: take one slot to get past it."""
+    pool.queue.timeout_s = timeout_s
     await pool.acquire()
     pool.release()
     await asyncio.sleep(0.05)  # let the release land

@@ -140,6 +140,9 @@ def test_codex_runs_the_shell_tool_through_the_gateway(codex_cli, stack, tmp_pat
     assert proxy.exchanges[0].headers.get("x-codex-beta-features") == "remote_compaction_v2", why
     first = proxy.exchanges[0].body
     assert first["stream"] is True and first["store"] is False and "reasoning.encrypted_content" in first["include"]
+    # Codex asks for a reasoning summary: the reasoning text is given as one, and Codex shows it
+    assert first["reasoning"].get("summary") == "auto", first["reasoning"]
+    assert "Let me think about" in done.stdout + done.stderr, why
     assert any(t.get("type") == "namespace" for t in first["tools"]) and any(t.get("type") == "web_search" for t in first["tools"])
     # the tool really ran, and its output reached the upstream
     reqs = vllm.requests()

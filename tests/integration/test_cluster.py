@@ -82,8 +82,8 @@ def _leases(redis_server) -> list[str]:
 
 def _in_use_before(redis_server) -> None:
     """Make the fresh Redis look like one the cluster has used for a while: an epoch whose grace
-    ended long ago. (A Redis without one grants nothing for one lease_s; the first test and the
-    restart test go through that on purpose.)"""
+    ended long ago. (A Redis without one grants nothing for its grace; the fresh-cluster test and
+    the restart test go through that on purpose.)"""
     redis_server.client().set("hlf:epoch", 0)
 
 
@@ -118,6 +118,21 @@ class _Background:
             th.join(max(0.0, deadline - time.monotonic()))
         assert self.done(), "requests still running"
         return list(self._out)
+
+
+def test_a_fresh_cluster_grants_after_the_discovery_window_not_a_whole_lease(stub, redis_server):
+    # no replica holds a slot, so none can have been lost: the first request waits about a
+    # second (cluster.DISCOVERY_S), not lease_s (it waited 9.8 s of a 10 s lease before)
+    lease_s = 10.0
+    stub.reset()
+    with ExitStack() as stack:
+        gw = _start(stack, stub, lease_s, a=redis_server.url)["a"]
+        status, _, raw = _request(gw, 3, "openai", timeout=lease_s)
+        assert status == 200 and _completed("openai", raw)
+        end, born = map(int, redis_server.client().get("hlf:epoch").split())
+        assert end - born == 1000  # the discovery window, recorded by the first script
+        line = wait_for(lambda: [r for r in gw.access_log() if r.get("status") == 200], timeout=5)[0]
+        assert line["queue_wait_ms"] is not None
 
 
 def test_replicas_share_the_slots_and_the_backend_never_sees_more(stub, redis_server):
@@ -236,6 +251,10 @@ def test_redis_restart_refuses_new_work_keeps_running_requests(stub, redis_serve
         redis_server.start()  # empty: no persistence
         # the running requests' leases come back; nobody else gets a slot meanwhile
         wait_for(lambda: sorted(m[0] for m in _leases(redis_server)) == ["a", "a", "b", "b"], timeout=3)
+        # replicas that held slots re-registered them: the grace is the whole lease, not the
+        # fresh cluster's discovery window
+        end, born = map(int, redis_server.client().get("hlf:epoch").split())
+        assert end - born == int(lease_s * 1000)
         wait_for(lambda: a.admin()["cluster"]["reachable"] and b.admin()["cluster"]["reachable"], timeout=3)
         later = _Background()
         for i in range(SLOTS):

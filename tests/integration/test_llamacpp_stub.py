@@ -76,6 +76,36 @@ def test_stop_sequence_matched_by_the_gateway_has_integer_usage(gw):
     assert f.stop_sequence == "demo" and f.usage.output_tokens >= 4
 
 
+def test_after_a_gateway_side_stop_input_tokens_are_the_tokenizers_count(gw):
+    # the upstream never reports usage for a generation the gateway stopped: the prompt is
+    # counted by llama.cpp's own tokenizer (/apply-template + /tokenize), not estimated
+    ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
+    msgs = [{"role": "user", "content": "hi there, a prompt of some words [stub content=12]"}]
+    counted = ant.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    m = ant.messages.create(model=MODEL, max_tokens=50, messages=msgs, stop_sequences=["demo"])
+    assert m.stop_sequence == "demo" and m.usage.input_tokens == counted
+    seen = len(gw.access_log())
+    with ant.messages.stream(model=MODEL, max_tokens=50, messages=msgs, stop_sequences=["demo"]) as s:
+        f = s.get_final_message()
+    assert f.stop_sequence == "demo" and f.usage.input_tokens == counted
+    line = wait_for(lambda: [x for x in gw.access_log()[seen:] if x["stream"]], 5)[0]
+    assert line["tokens_in"] == counted
+
+
+def test_message_start_carries_the_counted_prompt_when_it_arrives_before_the_first_token(gw):
+    # llama.cpp reports usage only at the end; the count runs beside the upstream call, and its
+    # figure is in message_start when the first token comes later than the count
+    ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
+    msgs = [{"role": "user", "content": "a few words to count, more than four bytes each [stub content=3 ttft_ms=300]"}]
+    counted = ant.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    raw = len(str(msgs))  # the four-bytes-a-token estimate would be about this over 4
+    assert counted != raw // 4
+    with ant.messages.stream(model=MODEL, max_tokens=20, messages=msgs) as s:
+        start = next(ev for ev in s if ev.type == "message_start")
+        final = s.get_final_message()
+    assert start.message.usage.input_tokens == counted == final.usage.input_tokens
+
+
 def test_count_tokens_is_the_upstreams_prompt_count(gw):
     ant = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
     msgs = [{"role": "user", "content": "one two three four [stub content=1]"}]

@@ -55,6 +55,10 @@ def test_stream_final_equals_plain(client, stubs):
         final = s.get_final_response()
     assert types[0] == "response.created" and types[-1] == "response.completed"
     assert "response.reasoning_text.delta" in types and "response.output_text.delta" in types
+    # reasoning tokens are counted on a stream; a whole vLLM answer has its reasoning as one text
+    assert final.usage.output_tokens_details.reasoning_tokens == 2
+    assert plain.usage.output_tokens_details.reasoning_tokens == 0
+    final.usage.output_tokens_details.reasoning_tokens = 0
     assert _comparable(final) == _comparable(plain)
 
 
@@ -245,3 +249,83 @@ def test_tool_output_continues_a_stored_response(client, vllm_stub, stubs):
     msgs = vllm_stub.requests()[-1]["body"]["messages"]
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool"]
     assert msgs[1]["tool_calls"][0]["id"] == call.call_id and msgs[1]["reasoning"]
+
+
+def test_item_references_are_resolved_from_the_store(client, vllm_stub, stubs):
+    # the Vercel AI SDK's second turn with store on: the earlier answer's items by reference
+    prompt = "Run it. [stub agent]"
+    r1 = client.responses.create(model="reasoning", input=prompt, tools=[SHELL])
+    call = [i for i in r1.output if i.type == "function_call"][0]
+    reasoning = [i for i in r1.output if i.type == "reasoning"][0]
+    history = [{"role": "user", "content": prompt}, *[{"type": "item_reference", "id": i.id} for i in r1.output],
+               {"type": "function_call_output", "call_id": call.call_id, "output": "tool-output-9"}]
+    r2 = client.responses.create(model="reasoning", input=history, tools=[SHELL])
+    assert r2.output_text == "The tool said: tool-output-9"
+    sent = vllm_stub.requests()[-1]["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["tool_calls"][0]["id"] == call.call_id and sent[1]["tool_calls"][0]["function"]["name"] == "run"
+    # the stored reasoning is the gateway's own: it goes back upstream
+    assert sent[1]["reasoning"] == reasoning.content[0].text
+    # an id that is not stored (or not ours) is a 404 naming the item
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.responses.create(model="reasoning", input=[{"type": "item_reference", "id": "rs_" + "0" * 28}])
+    assert exc.value.body["param"] == "input[0].id" and "rs_" + "0" * 28 in exc.value.body["message"]
+
+
+def test_input_items_lists_a_responses_input_newest_first(client, stubs):
+    items = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+             {"role": "user", "content": [{"type": "input_text", "text": "three [stub content=1]"}]}]
+    r = client.responses.create(model="reasoning", input=items)
+    page = client.responses.input_items.list(r.id)
+    texts = [i.content[0].text for i in page.data]
+    assert texts == ["three [stub content=1]", "two", "one"]  # desc by default
+    assert [i.type for i in page.data] == ["message"] * 3 and all(i.id for i in page.data)
+    assert page.first_id == page.data[0].id and page.last_id == page.data[-1].id and not page.has_more
+    asc = client.responses.input_items.list(r.id, order="asc", limit=2)
+    assert [i.content[0].text for i in asc.data] == ["one", "two"] and asc.has_more
+    rest = client.responses.input_items.list(r.id, order="asc", after=asc.last_id)
+    assert [i.content[0].text for i in rest.data] == ["three [stub content=1]"] and not rest.has_more
+    # the SDK's auto-pager walks every page with `after`
+    assert [i.content[0].text for i in client.responses.input_items.list(r.id, limit=1)] == texts
+    # a string input is one user message
+    r2 = client.responses.create(model="reasoning", input="just this [stub content=1]")
+    only = client.responses.input_items.list(r2.id).data
+    assert len(only) == 1 and only[0].role == "user" and only[0].content[0].text == "just this [stub content=1]"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.responses.input_items.list(r.id, limit=500)
+    assert exc.value.body["param"] == "limit"
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_" + "0" * 24)
+
+
+def test_a_requested_reasoning_summary_carries_the_reasoning(client, stubs):
+    r = client.responses.create(model="reasoning", input="hi [stub reasoning=3 content=2]",
+                                reasoning={"effort": "high", "summary": "auto"}, store=False)
+    rs = r.output[0]
+    assert rs.type == "reasoning" and rs.summary[0].type == "summary_text" and rs.summary[0].text == "Let me think "
+    with client.responses.stream(model="reasoning", input="hi [stub reasoning=3 content=2]",
+                                 reasoning={"effort": "high", "summary": "auto"}, store=False) as s:
+        deltas = "".join(ev.delta for ev in s if ev.type == "response.reasoning_summary_text.delta")
+        final = s.get_final_response()
+    assert deltas == "Let me think " and final.output[0].summary[0].text == deltas
+    assert final.usage.output_tokens_details.reasoning_tokens == 3
+    assert final.usage.input_tokens_details.cached_tokens is not None
+
+
+def test_another_keys_items_are_404(vllm_stub, ollama_stub):
+    cfg = standard_config(vllm_stub.base, ollama_stub.base,
+                          auth={"keys": [{"name": "alice", "key": "sk-alice"}, {"name": "bob", "key": "sk-bob"}]})
+    with Gateway(cfg) as gw:
+        alice = openai.OpenAI(base_url=gw.base, api_key="sk-alice", max_retries=0)
+        bob = openai.OpenAI(base_url=gw.base, api_key="sk-bob", max_retries=0)
+        r = alice.responses.create(model="reasoning", input="mine [stub content=1]")
+        assert len(alice.responses.input_items.list(r.id).data) == 1
+        with pytest.raises(openai.NotFoundError):
+            bob.responses.input_items.list(r.id)
+        ref = r.output[-1].id
+        with pytest.raises(openai.NotFoundError) as exc:
+            bob.responses.create(model="reasoning", input=[{"type": "item_reference", "id": ref}])
+        assert ref in exc.value.body["message"]
+        got = alice.responses.create(model="reasoning", store=False,
+                                     input=[{"type": "item_reference", "id": ref}, {"role": "user", "content": "on"}])
+        assert got.status == "completed"

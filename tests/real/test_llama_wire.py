@@ -103,6 +103,10 @@ def test_anthropic_stop_sequence_plain_has_the_string_and_integer_usage(ant):
     assert m.content[0].text == "1."
     assert isinstance(m.usage.input_tokens, int) and _prompt(m.usage) > 5
     assert isinstance(m.usage.output_tokens, int) and m.usage.output_tokens >= 1
+    # the gateway stopped the generation before llama.cpp reported usage: the prompt is still
+    # llama.cpp's own count (its tokenizer), the figure count_tokens gives, not an estimate
+    counted = ant.messages.count_tokens(model=MODEL, messages=COUNT).input_tokens
+    assert _prompt(m.usage) == counted
 
 
 def test_anthropic_stop_sequence_stream_counts_output_tokens(ant):
@@ -112,6 +116,15 @@ def test_anthropic_stop_sequence_stream_counts_output_tokens(ant):
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == "0.0.0"
     assert m.content[0].text == "1."
     assert m.usage.output_tokens >= 1
+    assert _prompt(m.usage) == ant.messages.count_tokens(model=MODEL, messages=COUNT).input_tokens
+
+
+def test_anthropic_message_start_has_llama_cpps_prompt_count(ant):
+    # counted beside the generation: back long before the first token of a real prefill
+    with ant.messages.stream(model=MODEL, max_tokens=5, messages=COUNT, extra_body=T0) as s:
+        start = next(ev for ev in s if ev.type == "message_start")
+        m = s.get_final_message()
+    assert start.message.usage.input_tokens == _prompt(m.usage)
 
 
 def test_openai_stop_is_applied_by_llama_cpp(oai):

@@ -8,7 +8,10 @@ client's model; items added at output_index 0, 1, 2, ... one open at a time; con
 deltas only inside their own open item, of its kind, naming its item_id; each item's `.done`
 events carry the concatenation of its deltas; `output_item.done` the complete item; exactly one
 terminal event (`response.completed` or `response.failed`), last, whose `response.output` is the
-items finished so far; no `[DONE]`; frames end in LF, never CRLF. Returns the event list.
+items finished so far; no `[DONE]`; frames end in LF, never CRLF. A reasoning item streams either
+its content (`reasoning_text`) or, when a summary was asked for, its one summary part
+(`reasoning_summary_part.added`, `reasoning_summary_text.delta`, `.done`, `reasoning_summary_part.done`),
+never both. Returns the event list.
 """
 
 from __future__ import annotations
@@ -87,7 +90,24 @@ def check_stream(raw: bytes, *, model: str | None = None) -> list[dict]:
         item_type = open_item["type"]
         if kind != "response.output_item.done":
             assert ev["item_id"] == open_item["id"], f"{kind} names item {ev['item_id']}"
-        if kind == "response.content_part.added":
+        summary_kind = kind.startswith("response.reasoning_summary_")
+        if summary_kind:
+            assert item_type == "reasoning", f"{kind} in a {item_type} item"
+            assert ev["summary_index"] == 0
+            open_item["_summary"] = True
+        if kind == "response.reasoning_summary_part.added":
+            assert not part_open
+            part_open = True
+        elif kind == "response.reasoning_summary_text.delta":
+            assert part_open and ev["delta"], f"{kind} outside its part, or empty"
+            acc += ev["delta"]
+        elif kind == "response.reasoning_summary_text.done":
+            assert ev["text"] == acc, f"{kind}: {ev['text']!r} != {acc!r}"
+        elif kind == "response.reasoning_summary_part.done":
+            assert part_open and ev["part"] == {"type": "summary_text", "text": acc}
+            part_open = False
+        elif kind == "response.content_part.added":
+            assert not open_item.get("_summary"), "reasoning content and summary in one item"
             assert item_type != "function_call" and not part_open, "content part in a call or twice"
             assert ev["content_index"] == 0
             part_open = True
@@ -109,6 +129,8 @@ def check_stream(raw: bytes, *, model: str | None = None) -> list[dict]:
             assert item["status"] in ("completed", "incomplete")
             if item_type == "message":
                 assert [p["text"] for p in item["content"]] == [acc]
+            elif item_type == "reasoning" and open_item.get("_summary"):
+                assert item["summary"] == [{"type": "summary_text", "text": acc}] and item["content"] == []
             elif item_type == "reasoning":
                 assert [p["text"] for p in item["content"]] == [acc]
             else:

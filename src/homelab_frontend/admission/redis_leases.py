@@ -27,12 +27,22 @@ restart) or only for itself (a partition, while the others go on handing out slo
   may legitimately have its slot, and the backend must never run more than `slots`;
 - on reconnect the replica re-registers the leases of the requests still running.
 
-Redis that comes back empty (restarted without persistence, or brand new) has forgotten every
-lease. The first script to run then writes an epoch key holding `now + lease_s`; until that moment
-no new slot is granted, but re-registrations are accepted. Every replica that holds a slot either
-re-registers it or stops its request before its old lease ends, which is before the epoch's grace
-ends, so when new grants resume the set is complete again. The price: a Redis that starts empty
-grants nothing for one `lease_s` (queued requests wait that long; see the README).
+Redis that comes back empty (restarted without persistence) has forgotten every lease; a brand-new
+one never held any. Redis cannot tell the two apart, the replicas can: only a replica that holds
+slots has leases to lose. The first script to run on an empty Redis writes an epoch key holding
+the end of a grace during which no new slot is granted, but re-registrations are accepted:
+- run by a replica that holds slots (it says so: the `holder` argument), the grace is `lease_s`:
+  every replica that holds a slot either re-registers it or stops its request before its old
+  lease ends, which is before the grace ends, so when new grants resume the set is complete;
+- run by a replica that holds none, the grace is a short discovery window (`DISCOVERY_S`):
+  replicas that do hold slots notice the restart at once (their pub/sub connection breaks, and
+  the listener, once subscribed again, has the maintainer renew without waiting for its next
+  round) and re-register within it; the first re-registration of a lost lease turns the window
+  into the full grace, `lease_s` from the epoch's start. So a fresh cluster waits about one
+  second, not `lease_s`, and a Redis that lost its leases still waits the whole grace.
+  The remaining risk: a replica that holds slots and cannot reach the new Redis within the window
+  (a partition at the same moment as the restart); when it comes back, its lease is taken back if
+  there is room, else its request is stopped, as for any lease that expired.
 
 Every Redis call is bounded by a short timeout (retried at most once, on a fresh connection,
 within that bound).
@@ -51,7 +61,7 @@ from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .slots import SlotPool, _Waiter
+from .slots import WaitQueue, _Waiter, granted as _granted
 
 log = logging.getLogger("homelab_frontend.cluster")
 
@@ -73,6 +83,9 @@ EPOCH_KEY = f"{PREFIX}:epoch"
 FREE_PATTERN = f"{PREFIX}:free:*"
 POLL_S = 0.25  # a waiting replica re-checks this often even without a pub/sub message
 RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
+# How long an empty Redis first waits for replicas that hold slots to re-register (docstring):
+# a listener's retry and the maintainer's pause (RECONNECT_S each), the calls, with room to spare.
+DISCOVERY_S = 1.0
 RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
 
 
@@ -87,30 +100,44 @@ def free_channel(backend: str) -> str:
 # -- the scripts --------------------------------------------------------------------------------
 # KEYS[1] is a backend's lease set, KEYS[2] (where used) the epoch key. Times are ms of Redis's TIME.
 
+# The epoch key holds "<grace end> <epoch start>" (ms); `holder` is 1 when the calling replica
+# holds slots, `discovery` the short grace for one that holds none (see the docstring).
 _CLOCK = """
 local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function grace_left(now, lease)
+local function grace_left(now, lease, holder, discovery)
   local g = redis.call('GET', KEYS[2])
   if not g then
-    redis.call('SET', KEYS[2], string.format('%d', now + lease))
-    return lease
+    local grace = discovery
+    if holder == 1 then grace = lease end
+    redis.call('SET', KEYS[2], string.format('%d %d', now + grace, now))
+    return grace
   end
-  local left = tonumber(g) - now
+  local left = tonumber(string.match(g, '^(-?%d+)')) - now
   if left > 0 then return left end
+  return 0
+end
+-- a lost lease re-registered during the grace: the grace lasts lease_s from the epoch's start
+local function full_grace(now, lease)
+  local g = redis.call('GET', KEYS[2])
+  local born = g and tonumber(string.match(g, ' (%d+)$'))
+  if born and born + lease > now then
+    redis.call('SET', KEYS[2], string.format('%d %d', born + lease, born))
+    return born + lease - now
+  end
   return 0
 end
 """
 
-# ARGV: lease_ms, limit, member -> {taken 0/1, slots in use, grace ms left}
+# ARGV: lease_ms, limit, member, holder, discovery_ms -> {taken 0/1, slots in use, grace ms left}
 # Idempotent (a member already in the set is simply held), so a call retried after a dropped
 # connection cannot take two slots or mistake its own slot for somebody else's.
 ACQUIRE = _CLOCK + """
 local now = clock()
 local lease = tonumber(ARGV[1])
-local grace = grace_left(now, lease)
+local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
@@ -134,7 +161,7 @@ if freed > 0 then redis.call('PUBLISH', ARGV[1], redis.call('ZCARD', KEYS[1])) e
 return freed
 """
 
-# ARGV: lease_ms, limit, channel, n_drop, drop..., renew...
+# ARGV: lease_ms, limit, channel, holder, discovery_ms, n_drop, drop..., renew...
 # -> {grace ms left, lost members, re-added members, every live member}
 # A member still in the set is extended. A missing one (Redis lost it, or it expired) is added
 # back during an epoch's grace (every holder is re-registering then), or when there is room; when
@@ -143,13 +170,13 @@ RENEW = _CLOCK + """
 local now = clock()
 local lease = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local grace = grace_left(now, lease)
-local ndrop = tonumber(ARGV[4])
+local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local ndrop = tonumber(ARGV[6])
 local freed = 0
-for i = 5, 4 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
+for i = 7, 6 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local lost, readded = {}, {}
-for i = 5 + ndrop, #ARGV do
+for i = 7 + ndrop, #ARGV do
   local m = ARGV[i]
   if redis.call('ZSCORE', KEYS[1], m) then
     redis.call('ZADD', KEYS[1], now + lease, m)
@@ -160,6 +187,7 @@ for i = 5 + ndrop, #ARGV do
     lost[#lost + 1] = m
   end
 end
+if grace > 0 and #readded > 0 then grace = full_grace(now, lease) end
 if freed > 0 then redis.call('PUBLISH', ARGV[3], redis.call('ZCARD', KEYS[1])) end
 return {grace, lost, readded, redis.call('ZRANGE', KEYS[1], 0, -1)}
 """
@@ -331,6 +359,14 @@ class Registry:
         else:
             self.grace_until = None
 
+    def holds_any(self) -> int:
+        """1 when this replica holds slots (leases it would lose), for the epoch scripts."""
+        return int(any(p._dangling or any(h.bound for h in p._held.values()) for p in self.pools.values()))
+
+    @property
+    def discovery_ms(self) -> int:
+        return min(self.lease_ms, int(DISCOVERY_S * 1000))
+
     def request_for(self, task: asyncio.Task | None) -> Tracked | None:
         if task is None:
             return None
@@ -383,11 +419,17 @@ class Registry:
     async def _listen(self) -> None:
         """Wake the local granters when a slot is given back anywhere. Best effort: the granters
         also poll, so a lost message or a dead subscription only costs latency."""
+        broken = False
         while True:
             pubsub = self.client.pubsub()
             try:
                 async with asyncio.timeout(self.op_timeout):
                     await pubsub.psubscribe(FREE_PATTERN)
+                if broken:
+                    # Redis may have restarted empty: re-register what is held now, within the
+                    # epoch's discovery window, rather than at the next renewal round
+                    broken = False
+                    self._went_down.set()
                 while True:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg and msg.get("type") == "pmessage":
@@ -399,6 +441,7 @@ class Registry:
                             except (TypeError, ValueError):
                                 pass
             except Exception as err:  # noqa: BLE001 - best effort, and it must not die
+                broken = True
                 if not isinstance(err, self._errors):
                     log.warning("cluster: pub/sub listener: %r; polling meanwhile", err)
                 await asyncio.sleep(RECONNECT_S)
@@ -488,16 +531,20 @@ class _RWaiter(_Waiter):
     __slots__ = ("task", "tracked")
 
 
-class RedisSlotPool(SlotPool):
-    """A `SlotPool` whose slots live in Redis. The queue (fairness, priority, depth, timeout,
-    Retry-After) is the base class's; only taking and giving back differ, and they are async.
+class RedisSlotPool:
+    """A backend's slots as Redis leases. The queue in front (fairness, priority, depth, timeout,
+    Retry-After) is the same `WaitQueue` the in-process `SlotPool` uses; what is this class's own is
+    taking and giving back, which are awaits on Redis, and the granter task that serves the queue.
 
     `in_use` is the cluster-wide count as last seen (every take, every renewal, and each admin
     view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
     check see the backend's real load; `held` is this replica's share."""
 
     def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: Registry) -> None:
-        super().__init__(name, slots, depth, timeout_s)
+        self.name = name
+        self.slots = slots
+        self.in_use = 0
+        self.queue = WaitQueue(name, depth, timeout_s)
         self.reg = registry
         self.key = leases_key(name)
         self.channel = free_channel(name)
@@ -513,12 +560,28 @@ class RedisSlotPool(SlotPool):
     def held(self) -> int:
         return sum(1 for h in self._held.values() if h.bound)
 
-    # Never granted synchronously: the base class's sync paths (release, resize) find no slot.
-    def _try_take(self) -> bool:
-        return False
+    @property
+    def depth(self) -> int:
+        return self.queue.depth
 
-    def _give_back(self) -> None:
-        pass
+    @property
+    def timeout_s(self) -> float:
+        return self.queue.timeout_s
+
+    @property
+    def queued(self) -> int:
+        return self.queue.queued
+
+    def retry_after(self, position: int | None = None) -> float:
+        return self.queue.retry_after(self.slots, position)
+
+    def expected_wait_s(self) -> float:
+        return self.queue.expected_wait_s(self.slots, self.in_use)
+
+    def waited_too_long(self) -> GatewayError:
+        """The refusal of a request that waited its queue timeout (a gate in front, such as a
+        managed backend's, lifecycle/gate.py, keeps its own clock and refuses with it)."""
+        return self.queue.waited_too_long(self.slots)
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -527,44 +590,22 @@ class RedisSlotPool(SlotPool):
             raise self.reg.unreachable()
         task = asyncio.current_task()
         tracked = self.reg.request_for(task)
-        if self.queued == 0:
+        if self.queue.queued == 0:
             member = await self._take(task, tracked)
             if member is not None:
                 return
-        if self.queued >= self.depth:
-            raise GatewayError(
-                "overloaded",
-                f"backend {self.name!r} is busy: all {self.slots} slots in use across the cluster and "
-                f"{self.queued} requests already waiting here (queue depth {self.depth})",
-                retry_after=self.retry_after(),
-            )
+        self.queue.check_room(self.slots, " across the cluster")
         waiter = _RWaiter(asyncio.get_running_loop().create_future(), key, priority)
         waiter.task, waiter.tracked = task, tracked
-        self._enqueue(waiter)
         if self._granter is None or self._granter.done():
+            # a task: it first runs once the waiter below is queued
             self._granter = self.reg.spawn(self._grant_loop())
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await waiter.fut
-        except TimeoutError:
-            if _granted(waiter.fut):
-                return  # granted in the same tick the deadline passed: keep it
-            self._forget(waiter)
-            raise self.waited_too_long() from None
-        except GatewayError:
-            raise  # failed by the granter (Redis went away); already out of the queue
-        except BaseException:
-            if _granted(waiter.fut):
-                self.release()  # granted, but the caller went away before using it
-            else:
-                self._forget(waiter)
-            raise
+        await self.queue.wait(waiter, self.slots, self.release)
 
     def release(self, held_s: float | None = None) -> None:
         """Immediate for the caller: the slot leaves this replica's books now and the Redis call
         runs in a task of its own (if it fails, the lease is no longer renewed and expires)."""
-        if held_s is not None:
-            self._hold_s += 0.2 * (held_s - self._hold_s)
+        self.queue.note_hold(held_s)
         task = asyncio.current_task()
         members = self._by_task.get(task) if task is not None else None
         if members:
@@ -578,7 +619,7 @@ class RedisSlotPool(SlotPool):
         self._wake.set()
 
     def resize(self, slots: int, depth: int, timeout_s: float) -> None:
-        self.slots, self.depth, self.timeout_s = slots, depth, timeout_s
+        self.slots, self.queue.depth, self.queue.timeout_s = slots, depth, timeout_s
         self._wake.set()
 
     # -- taking and giving back ---------------------------------------------------------------
@@ -602,7 +643,8 @@ class RedisSlotPool(SlotPool):
             self._by_task.setdefault(task, []).append(member)
         try:
             taken, n, grace = await self.reg.call(
-                self.reg._acquire, [self.key, EPOCH_KEY], [self.reg.lease_ms, self.slots, member])
+                self.reg._acquire, [self.key, EPOCH_KEY],
+                [self.reg.lease_ms, self.slots, member, self.reg.holds_any(), self.reg.discovery_ms])
         except BaseException:
             self._drop(member)  # the script may have run before the failure: give it back
             raise
@@ -652,7 +694,8 @@ class RedisSlotPool(SlotPool):
         sent = asyncio.get_running_loop().time()
         grace, lost, readded, live = await self.reg.call(
             self.reg._renew, [self.key, EPOCH_KEY],
-            [self.reg.lease_ms, self.slots, self.channel, len(drops), *drops, *members])
+            [self.reg.lease_ms, self.slots, self.channel, self.reg.holds_any(), self.reg.discovery_ms,
+             len(drops), *drops, *members])
         self._dangling.difference_update(drops)
         self.reg.note_grace(int(grace))
         lost_set = set(lost)
@@ -689,7 +732,7 @@ class RedisSlotPool(SlotPool):
     # -- the granter --------------------------------------------------------------------------
 
     def _peek(self) -> _RWaiter | None:
-        return self._queue.peek()  # type: ignore[return-value]
+        return self.queue.peek()  # type: ignore[return-value]
 
     async def _grant_loop(self) -> None:
         try:
@@ -701,7 +744,7 @@ class RedisSlotPool(SlotPool):
     async def _grant_rounds(self) -> None:
         """While anybody waits here: take a slot in Redis for the head of the queue, or wait for
         one to be given back somewhere (pub/sub), or POLL_S."""
-        while self.queued:
+        while self.queue.queued:
             if not self.reg.ok:
                 self._fail_waiters(self.reg.unreachable())
                 return
@@ -716,9 +759,9 @@ class RedisSlotPool(SlotPool):
             if member is not None:
                 if member in self._held:  # still bound: hand it over
                     if self._peek() is w:
-                        self._pop_next()  # also rotates w's key behind the others
+                        self.queue.pop()  # also rotates w's key behind the others
                     else:
-                        self._forget(w)
+                        self.queue.remove(w)
                     w.fut.set_result(None)
                 continue
             try:
@@ -728,15 +771,10 @@ class RedisSlotPool(SlotPool):
                 pass
 
     def _fail_waiters(self, err: GatewayError) -> None:
-        while (w := self._pop_next()) is not None:
-            if not w.fut.done():
-                w.fut.set_exception(err)
+        self.queue.fail_all(err)
 
     def _stop(self, err: GatewayError) -> None:
         if self._granter is not None:
             self._granter.cancel()
         self._fail_waiters(err)
 
-
-def _granted(fut: asyncio.Future) -> bool:
-    return fut.done() and not fut.cancelled() and fut.exception() is None

@@ -86,6 +86,7 @@ def build_app(gw: Gateway) -> web.Application:
         r.add_post(f"{v1}/responses", surface("responses", responses_surface.create), **x)
         r.add_get(f"{v1}/usage", usage_api.own_usage)
         r.add_get(f"{v1}/responses/{{id}}", surface("responses", responses_surface.retrieve), **x)
+        r.add_get(f"{v1}/responses/{{id}}/input_items", surface("responses", responses_surface.input_items), **x)
         r.add_delete(f"{v1}/responses/{{id}}", surface("responses", responses_surface.delete), **x)
         r.add_route("*", f"{v1}/responses/{{tail:.*}}", _unknown("responses"), **x)
         r.add_route("*", f"{v1}/messages/{{tail:.*}}", _unknown("anthropic"), **x)

@@ -1,11 +1,14 @@
 """What the operator endpoints see of the gateway: a Protocol, so ops need not import `app`
-(which imports ops: the cycle this replaces). `app.gateway.Gateway` is the one implementation."""
+(which imports ops: the cycle this replaces). `app.gateway.Gateway` is the one implementation.
+What they use of its metrics is declared here too (`MetricsView`, which `ops.metrics.Metrics`
+implements), not imported from ops.metrics: that module reads this one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from .. import config as cfgmod
 from ..lifecycle.fleet import Fleet
@@ -13,8 +16,14 @@ from ..policy.auth import Auth
 from ..policy.routing import BackendState
 from ..request.tracker import Tracker
 
-if TYPE_CHECKING:
-    from .metrics import Metrics
+class MetricsView(Protocol):
+    registry: CollectorRegistry
+
+    def stats(self) -> dict: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class OpsGateway(Protocol):
@@ -22,7 +31,7 @@ class OpsGateway(Protocol):
     auth: Auth
     backends: dict[str, BackendState]
     tracker: Tracker
-    metrics: Metrics
+    metrics: MetricsView
     cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
     draining: bool
     usage: Any  # usage.Ledger, or None with usage.enabled: false

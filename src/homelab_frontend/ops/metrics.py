@@ -210,7 +210,7 @@ class Metrics:
         r.register(_Recorded([self.requests, self.queue_wait, self.ttft, self.tpot, self.duration,
                               self.tokens_in, self.tokens_out, self.tokens_cached, self.affinity,
                               self.upstream_errors, self.failovers, self.reloads, self.clamps]))
-        r.register(_LiveCollector(gw))
+        r.register(_LiveCollector(gw, self))
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
@@ -365,13 +365,13 @@ def _recent_dict(r: tuple) -> dict:
 class _LiveCollector:
     """Gauges read from the Gateway's live state at scrape time."""
 
-    def __init__(self, gw: OpsGateway) -> None:
+    def __init__(self, gw: OpsGateway, metrics: "Metrics") -> None:
         self.gw = gw
+        self.metrics = metrics
 
     def collect(self):
         gw = self.gw
-        if getattr(gw, "metrics", None) is not None:
-            yield _hit_ratio_family(gw.metrics)
+        yield _hit_ratio_family(self.metrics)
         slots = GaugeMetricFamily("hlf_backend_slots", "Sequence slots configured for the backend.", labels=["backend"])
         in_use = GaugeMetricFamily("hlf_backend_slots_in_use", "Slots held by requests now.", labels=["backend"])
         queued = GaugeMetricFamily("hlf_backend_queued_requests", "Requests waiting for a slot now.", labels=["backend"])

@@ -12,6 +12,13 @@ backend's /v1/models `max_model_len`) less the prompt, right the first time:
 When vLLM still refuses and says how long the prompt is, the gateway retries once with exactly
 what fits, before a single byte has gone to the client. Each clamp and retry is counted
 (`hlf_context_clamps_total{how="tokenizer"|"estimate"|"retry"}`), so a retry on every turn shows.
+
+`count_prompt=True` (a surface that must say the prompt's size before or without the upstream's
+usage: Anthropic's message_start, a gateway-side stop) starts the exchange's prompt count
+(request/exchange.py) beside the upstream call; the clamp then waits for that same count instead of
+asking the tokenizer twice. vLLM asked for continuous usage reports the prompt on its first chunk,
+so it is not counted again there: its API server tokenizes on the loop that also starts the
+generation, and a second tokenization would be paid in time to first token.
 """
 
 from __future__ import annotations
@@ -19,12 +26,9 @@ from __future__ import annotations
 import re
 
 import aiohttp
-import msgspec
-
 from .. import canonical as c
 from ..errors import GatewayError
 from .exchange import Exchange
-from ..upstream.prompt_count import can_count, count_prompt
 from .tracker import CONNECTING
 from ..upstream.chat_body import build_body
 
@@ -63,15 +67,16 @@ async def open_chat(
     stream: bool,
     continuous_usage: bool = False,
     send_stop: bool = True,
+    count_prompt: bool = False,
 ) -> aiohttp.ClientResponse:
     """The upstream chat for `req` on the exchange's backend, or, when that one fails before
     answering, on another of the model's (Exchange.attempt: the body and the clamp are the
     backend's own, so they are made again there)."""
-    return await ex.attempt(lambda: _open_chat(ex, req, stream, continuous_usage, send_stop))
+    return await ex.attempt(lambda: _open_chat(ex, req, stream, continuous_usage, send_stop, count_prompt))
 
 
 async def _open_chat(
-    ex: Exchange, req: c.Request, stream: bool, continuous_usage: bool, send_stop: bool
+    ex: Exchange, req: c.Request, stream: bool, continuous_usage: bool, send_stop: bool, count_prompt: bool
 ) -> aiohttp.ClientResponse:
     assert ex.backend is not None
     backend = ex.backend
@@ -91,18 +96,17 @@ async def _open_chat(
         )
 
     payload = body(max_tokens)
+    if count_prompt and not (continuous_usage and backend.cfg.kind == "vllm"):
+        ex.count_prompt(payload)
     if ctx is not None and max_tokens is not None and max_tokens > ctx - len(payload) // 2:
         # Image data is not prompt text (a vision model spends a few hundred tokens on an
         # image): counted as text, one 80 kB screenshot would clamp the answer to one token.
         text_bytes = len(payload) - _image_bytes(req)
         if max_tokens > ctx - text_bytes // 2:  # even a high estimate may not leave the room
             prompt = None
-            if can_count(backend.cfg.kind):
+            if ex.count_prompt(payload):  # the count already running, or one started now
                 ex.t.phase = CONNECTING  # the slot is held; a client leaving now left while connecting
-                prompt = await count_prompt(
-                    ex.clients[backend.name], backend.cfg.kind, msgspec.json.decode(payload),
-                    timeout_s=min(10.0, backend.cfg.timeouts.first_token_s),
-                )
+                prompt = await ex.counted_prompt()
             if prompt is not None:
                 ex.t.clamp = "tokenizer"
                 if prompt >= ctx:

@@ -27,6 +27,14 @@ when the backend fails it before answering in a way another backend may not, the
 at once (nothing runs there) and a slot on another backend of the model is taken through the fair
 queue, the deadlines running on. Each backend is tried once. The same place feeds passive health
 (policy/passive_health.py): a connection failure counts against the backend, an answer clears it.
+
+The prompt count (`count_prompt`): where the upstream reports the prompt's size only at the end
+of its answer (llama.cpp, Ollama) or never (a generation the gateway stopped itself, at a stop
+string it matched), the exact figure comes from the backend's tokenizer (upstream/prompt_count.py).
+The count is a task the exchange owns, started as soon as the upstream body exists and run beside
+the upstream call, so it costs no time to first token; leaving the exchange cancels it with the
+upstream response. `prompt_tokens` is the count once it arrived (None before, or without a
+tokenizer); `counted_prompt()` waits for it, bounded.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import time
 from typing import Awaitable, Callable, TypeVar
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from ..errors import GatewayError
@@ -43,6 +52,7 @@ from ..policy.auth import ANONYMOUS, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from ..upstream.client import UpstreamClient, UpstreamFailure
+from ..upstream.prompt_count import can_count, count_prompt
 from . import failover
 
 T = TypeVar("T")
@@ -78,6 +88,7 @@ class Exchange:
         self._held_since: float | None = None
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
+        self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
@@ -133,6 +144,9 @@ class Exchange:
             return False
         self.t.failovers = [*(self.t.failovers or ()), (failed.name, cause)]
         self._release_slot()  # it refused or never answered: nothing runs there
+        if self._count is not None:  # the next backend's own tokenizer counts the prompt anew
+            self._count.cancel()
+            self._count = None
         await self._take(alt)
         return True
 
@@ -171,6 +185,51 @@ class Exchange:
         self.t.phase = STREAMING
         self.t.ttft = time.monotonic() - self.t.started
 
+    # -- the prompt count, beside the upstream call ------------------------------------------
+
+    def count_prompt(self, payload: bytes) -> bool:
+        """Start counting the prompt of `payload` (the upstream chat body) with the backend's
+        tokenizer, unless it has none or a count already runs. -> whether a count runs."""
+        assert self.backend is not None
+        if self._count is not None:
+            return True
+        cfg = self.backend.cfg
+        if not can_count(cfg.kind):
+            return False
+        client = self.clients[self.backend.name]
+        timeout_s = min(10.0, cfg.timeouts.first_token_s)
+
+        async def count() -> int | None:
+            return await count_prompt(client, cfg.kind, msgspec.json.decode(payload), timeout_s=timeout_s)
+
+        self._count = self._loop.create_task(count())
+        return True
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The backend tokenizer's count of the prompt, once it has arrived; else None."""
+        task = self._count
+        if task is None or not task.done() or task.cancelled():
+            return None
+        return task.result()  # count_prompt turns every failure into None
+
+    def prompt_tokens_or(self, fallback: int) -> Callable[[], int]:
+        """A function giving the count when it has arrived, else `fallback` (an estimate): for a
+        figure written at a moment the caller does not choose (Anthropic's message_start)."""
+        return lambda: p if (p := self.prompt_tokens) is not None else fallback
+
+    async def counted_prompt(self, timeout_s: float | None = None) -> int | None:
+        """The prompt count, waited for (at most `timeout_s`); None without one."""
+        task = self._count
+        if task is None:
+            return None
+        if not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+            except TimeoutError:
+                return None
+        return self.prompt_tokens
+
     # -- the end ------------------------------------------------------------------------------
 
     async def __aenter__(self) -> "Exchange":
@@ -199,6 +258,8 @@ class Exchange:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self._count is not None and not self._count.done():
+            self._count.cancel()  # its connection closes with it; nobody wants the figure now
         closed = None
         if self.resp is not None:
             if self.complete:

@@ -143,7 +143,12 @@ class Turn:
     # A pause before the failure frame of a stream that breaks, so that it reaches the client in a
     # network read of its own (the Gemini JS SDK parses each read as JSON to find an error).
     failure_pause_s: ClassVar[float] = 0.0
+    # Count the prompt with the backend's tokenizer beside the upstream call (Exchange.count_prompt),
+    # for a dialect that must say the prompt's size before the upstream does (Anthropic's
+    # message_start) or where the upstream never will (a generation the gateway stopped itself).
+    count_prompt: ClassVar[bool] = False
     req: c.Request
+    ex: Exchange  # set by `answer` before it calls any of the methods below
 
     def encoder(self) -> StreamEncoder:
         """A fresh encoder for this answer's stream (called once the headers are sent)."""
@@ -169,10 +174,12 @@ class Turn:
 async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, turn: Turn) -> web.StreamResponse:
     """Step 3 for a translating dialect: the whole answer or the stream, written to the client."""
     req = turn.req
+    turn.ex = ex
     stops = gateway_stops(req, ex)
     matcher = StopMatcher(req.stop) if stops else None
     if not req.stream:
-        events = await whole_events(ex, req, matcher)
+        events = await whole_events(ex, req, matcher, count_prompt=turn.count_prompt and matcher is not None)
+        await _settle_prompt(ex, turn)
         body = turn.whole(events, ex)
         await turn.before_final()
         out = web.Response(body=_encode(body), content_type="application/json", headers=gw.headers(t))
@@ -181,7 +188,8 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         return out
     if turn.ping_interval:
         ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
-    upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not stops)
+    upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not stops,
+                               count_prompt=turn.count_prompt)
     out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
     await out.prepare(request)
     enc = turn.encoder()
@@ -199,7 +207,8 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
     return out
 
 
-async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None) -> list[c.Event]:
+async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None,
+                       count_prompt: bool = False) -> list[c.Event]:
     """The canonical events of a whole answer, its usage folded into the record. Read as a stream
     for the gateway's stop matching, or from a backend that cannot stop a plain generation whose
     client left (config.Backend.streams_upstream: llama.cpp), so that closing it stops the
@@ -217,13 +226,25 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
             raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         fold.whole(events)
         return events
-    upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None)
+    upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
     ex.t.phase = GENERATING
     try:
         return [ev async for events in stream_events(upstream, ex, matcher, fold) for ev in events]
     except Midstream as err:
         kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
         raise GatewayError(kind, str(err)) from None
+
+
+_COUNT_WAIT_S = 2.0  # at the end of an answer the prompt count has long arrived; if not, no figure
+
+
+async def _settle_prompt(ex: Exchange, turn: Turn) -> None:
+    """An answer that ended without the upstream's prompt count (the gateway stopped it at a stop
+    string; llama.cpp and Ollama report usage only at the end) takes the tokenizer's."""
+    if turn.count_prompt and ex.t.tokens_in is None:
+        prompt = await ex.counted_prompt(_COUNT_WAIT_S)
+        if prompt is not None:
+            ex.t.tokens_in = prompt
 
 
 async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEncoder, out, matcher) -> None:
@@ -249,6 +270,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
             if enc.ended:
                 t.fail("upstream_midstream", override=True)
                 return
+        await _settle_prompt(ex, turn)
         tail = turn.finish(enc, ex)
         await turn.before_final()
         await out.write(tail)

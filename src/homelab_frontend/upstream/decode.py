@@ -78,7 +78,7 @@ from ..canonical import (
 )
 from ..errors import clean_message
 
-__all__ = ["ChunkDecoder", "Chunk", "ChunkMalformed", "ErrorBody", "Malformed", "chunk_error", "decode_chunk",
+__all__ = ["ChunkDecoder", "Chunk", "ChunkHead", "ChunkMalformed", "decode_head", "ErrorBody", "Malformed", "chunk_error", "decode_chunk",
            "decode_completion", "validate_completion", "validate_embeddings"]
 
 
@@ -157,6 +157,22 @@ class _Chunk(msgspec.Struct):
 
 Chunk = _Chunk
 _DECODER = msgspec.json.Decoder(_Chunk)
+
+
+class ChunkHead(msgspec.Struct):
+    """The fields of a chunk the events leave out, for a surface that rebuilds the upstream's own
+    answer (surfaces/openai/assemble.py): its identity, and `usage` as sent (every field the
+    upstream put there, not only the counts `_Usage` reads). Decoded apart, and only when
+    wanted, so the per-chunk decode above stays as lean as it is."""
+
+    id: Union[str, None] = None
+    created: Union[int, None] = None
+    model: Union[str, None] = None
+    system_fingerprint: Union[str, None] = None
+    usage: Union[dict, None] = None
+
+
+decode_head = msgspec.json.Decoder(ChunkHead).decode
 _JSON = msgspec.json.Encoder()
 
 _FINISH_MAP = {
@@ -238,6 +254,11 @@ class ChunkDecoder:
             chunk = _DECODER.decode(payload)
         except msgspec.DecodeError as exc:
             return [UpstreamError(f"malformed upstream chunk: {exc}")]
+        return self._events(chunk, streaming=True)
+
+    def feed_chunk(self, chunk: _Chunk) -> list[Event]:
+        """The events of a chunk already decoded (`decode_chunk`), for a caller that needs the
+        chunk itself too."""
         return self._events(chunk, streaming=True)
 
     # -- shared by the streaming and non-streaming paths ------------------------------------

@@ -27,7 +27,7 @@ _encode = msgspec.json.encode
 
 
 async def _post_json(client: UpstreamClient, path: str, body: dict) -> object:
-    resp = await client.post(path, _encode(body), root=True)
+    resp = await client.post(path, _encode(body), root=True, side=True)
     try:
         raw = await resp.content.read(_MAX_BODY + 1)
     finally:

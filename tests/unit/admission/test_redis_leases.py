@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from homelab_frontend import config as cfgmod
-from homelab_frontend.admission.redis_leases import Registry
+from homelab_frontend.admission.redis_leases import DISCOVERY_S, Registry
 from homelab_frontend.errors import GatewayError
 from redisproc import RedisServer, available
 
@@ -30,12 +30,12 @@ async def _replicas(url: str, n: int = 2, lease_s: float = 3.0) -> list[Registry
 
 
 async def _past_grace(pool) -> None:
-    """A Redis with no epoch yet grants nothing for one lease: wait that out once."""
-    timeout = pool.timeout_s
-    pool.timeout_s = 10
+    """A Redis with no epoch yet grants nothing for its grace: wait that out once."""
+    timeout = pool.queue.timeout_s
+    pool.queue.timeout_s = 10
     await pool.acquire()
     pool.release()
-    pool.timeout_s = timeout
+    pool.queue.timeout_s = timeout
     await asyncio.sleep(0.05)
 
 
@@ -86,3 +86,100 @@ def test_view_counts_every_replicas_holders(redis_url):
     assert view["reachable"] and view["replica"] == "unit-0"
     assert (b["slots"], b["in_use"], b["held_here"], b["replicas"]) == (3, 3, 1, {"unit-0": 1, "unit-1": 2})
     assert sorted(lease["replica"] for lease in b["leases"]) == ["unit-0", "unit-1", "unit-1"]
+
+
+def _epoch(server) -> tuple[int, int]:
+    end, born = server.client().get("hlf:epoch").split()
+    return int(end), int(born)
+
+
+def test_a_fresh_cluster_waits_only_the_discovery_window():
+    # no replica holds a slot: nothing can have been lost, the grace is DISCOVERY_S, not lease_s
+    async def main(url):
+        (reg,) = await _replicas(url, 1, lease_s=30.0)
+        try:
+            pool = reg.pool("fresh-1", 2, 4, 10)
+            await pool.acquire()  # after the window's second, not the lease's 30 (the queue timeout is 10)
+            assert pool.held == 1
+            pool.release()
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server.url))
+        end, born = _epoch(server)
+        assert end - born == int(DISCOVERY_S * 1000)
+
+
+def test_a_redis_that_lost_its_leases_waits_the_whole_grace():
+    async def main(server):
+        a_reg, b_reg = await _replicas(server.url, 2, lease_s=30.0)
+        try:
+            a = a_reg.pool("lost-1", 2, 4, 10)
+            b = b_reg.pool("lost-1", 2, 4, 0.3)
+            await a.acquire()  # past the fresh cluster's discovery window; a holds a slot
+            server.client().flushall()  # Redis forgets every lease, as after a restart without persistence
+            # a replica that holds nothing finds the empty Redis first: only the discovery window...
+            with pytest.raises(GatewayError):
+                await b.acquire()
+            end, born = _epoch(server)
+            assert end - born == int(DISCOVERY_S * 1000)
+            # ...until the holder re-registers its lost lease: then the whole lease_s from the start
+            await a_reg._renew_all()
+            end, born = _epoch(server)
+            assert end - born == a_reg.lease_ms
+            assert server.client().zrange("hlf:slots:lost-1", 0, -1) == list(a._held)  # re-registered
+            assert b_reg.grace_s() is None or b_reg.grace_s() <= DISCOVERY_S  # b has not asked since
+            with pytest.raises(GatewayError):
+                await b.acquire()  # the grace holds: nobody else gets the slot a still runs on
+            assert b_reg.grace_s() > DISCOVERY_S
+            a.release()
+        finally:
+            for r in (a_reg, b_reg):
+                await r.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))
+
+
+def test_a_holder_first_on_an_empty_redis_sets_the_whole_grace_at_once():
+    async def main(server):
+        (reg,) = await _replicas(server.url, 1, lease_s=30.0)
+        try:
+            pool = reg.pool("lost-2", 2, 4, 10)
+            await pool.acquire()
+            server.client().flushall()
+            await reg._renew_all()
+            end, born = _epoch(server)
+            assert end - born == reg.lease_ms
+            pool.release()
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))
+
+
+def test_after_a_restart_the_listener_has_held_slots_re_registered_at_once():
+    # lease 60 s: the maintainer's own round would come only after 20 s
+    async def main(server):
+        (reg,) = await _replicas(server.url, 1, lease_s=60.0)
+        try:
+            pool = reg.pool("restart-1", 2, 4, 10)
+            await pool.acquire()
+            await asyncio.sleep(0.3)  # the listener is subscribed
+            await asyncio.get_running_loop().run_in_executor(None, server.stop)
+            await asyncio.get_running_loop().run_in_executor(None, server.start)
+            for _ in range(100):  # up to 10 s, well before the 20 s renewal round
+                if server.client().zrange("hlf:slots:restart-1", 0, -1):
+                    break
+                await asyncio.sleep(0.1)
+            assert server.client().zrange("hlf:slots:restart-1", 0, -1) == list(pool._held)
+            end, born = _epoch(server)
+            assert end - born == reg.lease_ms  # re-registered by a holder: the whole grace
+            pool.release()
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))

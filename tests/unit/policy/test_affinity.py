@@ -73,7 +73,7 @@ def test_place_prefers_the_sessions_backend_while_it_has_room_then_spills():
         await b.pool.acquire()
         # b full, a idle: the expected wait on b (recent hold 5 s x 1 / 2 slots) is over 2 s more
         assert route.place(key) == (a, "spill")
-        b.pool._hold_s = 1.0  # short answers lately: a 0.5 s wait is within the bound
+        b.pool.queue.hold_s = 1.0  # short answers lately: a 0.5 s wait is within the bound
         assert route.place(key) == (b, "hit")
         assert _route(a, b, wait=0.1).place(key) == (a, "spill")
         assert _route(a, b, on=False).place(key) == (a, None)  # affinity off: most free slots

@@ -62,7 +62,7 @@ def test_most_free_slots_then_shortest_queue():
     a.pool.in_use = 1
     assert route.choose() is b
     b.pool.in_use = 1
-    b.pool.queued = 1
+    b.pool.queue.queued = 1
     assert route.choose() is a
 
 

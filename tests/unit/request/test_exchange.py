@@ -196,3 +196,101 @@ def test_attempt_moves_to_the_next_backend_each_once_and_gives_each_slot_back():
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+async def _tokenizer(hang: asyncio.Event | None = None):
+    """A llama.cpp-shaped tokenizer (/apply-template, /tokenize) that may hang in /tokenize."""
+    seen = {"aborted": 0, "calls": 0}
+
+    async def apply_template(request: web.Request) -> web.Response:
+        doc = await request.json()
+        return web.json_response({"prompt": " ".join(m["content"] for m in doc["messages"])})
+
+    async def tokenize(request: web.Request) -> web.Response:
+        seen["calls"] += 1
+        doc = await request.json()
+        if hang is not None:
+            try:
+                await hang.wait()
+            except asyncio.CancelledError:
+                seen["aborted"] += 1
+                raise
+        return web.json_response({"tokens": list(range(len(doc["content"].split())))})
+
+    app = web.Application()
+    app.router.add_post("/apply-template", apply_template)
+    app.router.add_post("/tokenize", tokenize)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1], seen
+
+
+def _llama_route(port: int) -> tuple[Route, dict[str, UpstreamClient]]:
+    b = cfgmod.parse({"backends": {"u": {"url": f"http://127.0.0.1:{port}", "slots": 1, "kind": "llamacpp"}},
+                      "models": {"m": {"backend": "u"}}}).backends["u"]
+    state = BackendState("u", b, SlotPool("u", 1, 4, 5.0))
+    return Route("m", "m", "m", (state,), None, affinity=False), {"u": UpstreamClient("u", b)}
+
+
+CHAT = b'{"messages":[{"role":"user","content":"one two three four five"}]}'
+
+
+def test_the_prompt_count_runs_beside_and_is_read_once_it_arrived():
+    async def main():
+        runner, port, seen = await _tokenizer()
+        route, clients = _llama_route(port)
+        t = Tracked("req_c1", "anthropic", "m", None, True)
+        try:
+            async with Exchange(t, route, clients) as ex:
+                await ex.admit()
+                assert ex.prompt_tokens is None and await ex.counted_prompt() is None  # none started
+                read = ex.prompt_tokens_or(99)
+                assert ex.count_prompt(CHAT) and ex.count_prompt(CHAT)  # the second reuses the first
+                assert read() == 99  # not arrived yet: the fallback
+                assert await ex.counted_prompt(5.0) == 5
+                assert ex.prompt_tokens == 5 and read() == 5 and seen["calls"] == 1
+        finally:
+            await clients["u"].close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_leaving_the_exchange_cancels_a_count_still_running():
+    async def main():
+        hang = asyncio.Event()
+        runner, port, seen = await _tokenizer(hang)
+        route, clients = _llama_route(port)
+        t = Tracked("req_c2", "anthropic", "m", None, True)
+        try:
+            async with Exchange(t, route, clients) as ex:
+                await ex.admit()
+                ex.count_prompt(CHAT)
+                assert await ex.counted_prompt(0.2) is None  # a bounded wait gives up, the count goes on
+                assert not ex._count.done()
+            for _ in range(200):
+                if seen["aborted"]:
+                    break
+                await asyncio.sleep(0.01)
+            assert seen["aborted"] == 1 and ex.prompt_tokens is None  # the tokenizer saw it go
+        finally:
+            hang.set()
+            await clients["u"].close()
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+def test_a_backend_without_a_tokenizer_starts_no_count():
+    async def main():
+        route, clients = _route(9)  # vllm-less default kind: nothing is contacted
+        route.backends[0].cfg = cfgmod.parse({"backends": {"u": {"url": "http://127.0.0.1:9/v1", "kind": "ollama"}},
+                                              "models": {"m": {"backend": "u"}}}).backends["u"]
+        async with Exchange(Tracked("req_c3", "anthropic", "m", None, True), route, clients) as ex:
+            await ex.admit()
+            assert not ex.count_prompt(CHAT) and await ex.counted_prompt() is None
+        await clients["u"].close()
+
+    asyncio.run(main())

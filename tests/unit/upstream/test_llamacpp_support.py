@@ -7,6 +7,7 @@ import json
 
 import aiohttp
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -110,8 +111,32 @@ def test_assembler_rejects_a_non_chunk_and_keeps_an_error():
     else:
         raise AssertionError("no error")
     asm.feed(b'{"error":{"message":"boom"}}')
-    assert asm.error == {"message": "boom"}
+    assert asm.error == "boom"
     msgspec.json.encode(asm.result())
+    for bad in (b'{"choices": null}', b'{"object": "thing"}', b'{"choices": [{"delta": "x"}]}'):
+        with pytest.raises(ValueError):  # what decode calls malformed, the assembler refuses too
+            CompletionAssembler().feed(bad)
+
+
+def test_assembler_reads_chunks_as_the_one_decoder_does():
+    # the quirks the decoder settles (upstream/decode.py) are settled the same way here
+    asm = CompletionAssembler()
+    asm.feed(_chunk({"reasoning": "r", "reasoning_content": "r"}))  # both names: the text once
+    asm.feed(_chunk({"tool_calls": [{"id": "c1", "function": {"name": "get", "arguments": {"a": 1}}}]}))  # no index
+    asm.feed(_chunk({"tool_calls": [{"function": {"arguments": ""}}]}))  # continues the last call
+    asm.feed(_chunk({}, finish="function_call"))
+    asm.feed(_chunk(choices=False, usage={"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                                          "prompt_tokens_details": {"cached_tokens": 1}}))
+    out = asm.result()
+    msg = out["choices"][0]["message"]
+    assert msg["reasoning_content"] == "r"
+    assert msg["tool_calls"] == [{"id": "c1", "type": "function", "function": {"name": "get", "arguments": '{"a":1}'}}]
+    assert out["choices"][0]["finish_reason"] == "tool_calls"
+    assert out["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5,
+                            "prompt_tokens_details": {"cached_tokens": 1}}  # as sent, every field
+    aborted = CompletionAssembler()
+    aborted.feed(_chunk({"content": "x"}, finish="abort"))
+    assert aborted.error and "abort" in aborted.error
 
 
 def test_stale_connection_failures():
@@ -121,3 +146,37 @@ def test_stale_connection_failures():
     assert not _stale(aiohttp.ServerDisconnectedError(message=object()))  # part of an answer was read
     assert not _stale(aiohttp.ClientOSError(111, "refused"))
     assert not _stale(TimeoutError())
+
+
+def test_the_connector_tells_a_reused_connection_from_a_new_one():
+    import asyncio
+
+    from aiohttp import web
+
+    from homelab_frontend import config as cfgmod
+    from homelab_frontend.upstream import client as clientmod
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/x", lambda r: web.json_response({}))
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        b = cfgmod.parse({"backends": {"u": {"url": f"http://127.0.0.1:{port}/v1"}},
+                          "models": {"m": {"backend": "u"}}}).backends["u"]
+        up = clientmod.UpstreamClient("u", b)
+        seen = []
+        try:
+            for _ in range(3):
+                resp = await up._request("POST", f"http://127.0.0.1:{port}/v1/x", data=b"{}")
+                await resp.read()
+                resp.release()
+                seen.append(clientmod._reused.get())
+        finally:
+            await up.close()
+            await runner.cleanup()
+        return seen
+
+    assert asyncio.run(main()) == [False, True, True]

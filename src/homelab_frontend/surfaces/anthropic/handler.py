@@ -40,6 +40,8 @@ def _estimated_input_tokens(body: bytes, req: c.Request) -> int:
 class _Message(Turn):
     """One Messages request on the skeleton (surfaces/skeleton.py)."""
 
+    count_prompt = True  # message_start's input_tokens, and usage after a gateway-side stop
+
     def __init__(self, front: Inbound[c.Request], gw: Gateway) -> None:
         self.req = front.parsed
         self.body = front.body
@@ -49,8 +51,10 @@ class _Message(Turn):
 
     def encoder(self) -> AnthropicStreamEncoder:
         req = self.req
+        # message_start says the tokenizer's count when it has arrived by then (it runs beside the
+        # upstream call: Turn.count_prompt), else the estimate; message_delta says the real figure
         return AnthropicStreamEncoder(message_id=self.message_id, model=req.model, signer=self.signer,
-                                      input_tokens=_estimated_input_tokens(self.body, req),
+                                      input_tokens=self.ex.prompt_tokens_or(_estimated_input_tokens(self.body, req)),
                                       hide_reasoning=req.reasoning_hidden)
 
     def own_failure_code(self, err: GatewayError) -> str:
@@ -60,8 +64,8 @@ class _Message(Turn):
         assert isinstance(enc, AnthropicStreamEncoder)
         if enc.output_tokens is None:
             # the gateway stopped the generation (a stop sequence) before the upstream reported
-            # usage: its own count, one token per delta (README: usage)
-            enc.feed(c.Usage(output_tokens=ex.t.tokens_out))
+            # usage: its own count, one token per delta, and the tokenizer's prompt (README: usage)
+            enc.feed(c.Usage(input_tokens=ex.t.tokens_in, output_tokens=ex.t.tokens_out))
         return enc.finish()
 
     def whole(self, events: list[c.Event], ex: Exchange) -> dict:
@@ -76,10 +80,10 @@ class _Message(Turn):
         # usage chunk: the gateway's own figures then, never null (README: usage)
         if usage["output_tokens"] is None:
             usage["output_tokens"] = t.tokens_out
-        if usage["input_tokens"] is None:
-            usage["input_tokens"] = _estimated_input_tokens(self.body, req)
+        if usage["input_tokens"] is None:  # the tokenizer's count (Turn.count_prompt), else an estimate
             if t.tokens_in is None:
-                t.tokens_in = usage["input_tokens"]
+                t.tokens_in = _estimated_input_tokens(self.body, req)
+            usage["input_tokens"] = t.tokens_in
         return result
 
 

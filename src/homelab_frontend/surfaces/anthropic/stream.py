@@ -85,8 +85,9 @@ Choices (and why)
   when the upstream reported a cached count; `cache_creation_input_tokens` never (we would have to
   invent it). When the prompt count is unknown at message_start (Ollama reports usage only at the
   end; vLLM with continuous_usage_stats reports it on the first chunk, which is why message_start
-  is lazy), message_start carries the constructor's `input_tokens` (an estimate the caller may
-  have, e.g. from a tokenizer) or else 0, since the field is required by the schema; the real
+  is lazy), message_start carries the constructor's `input_tokens` (a figure the caller may
+  have, e.g. from a tokenizer; or a function giving it, asked at message_start: a count that
+  runs beside the upstream call) or else 0, since the field is required by the schema; the real
   value then goes into message_delta.usage.input_tokens, which the SDK accumulator takes
   (it overwrites input_tokens when present).
 * message_delta.usage always has output_tokens (0 if the upstream never reported it: the field is
@@ -296,8 +297,9 @@ class AnthropicStreamEncoder:
     """Encodes one answer as Anthropic SSE. See the module docstring for the grammar and choices.
 
     Constructor: `message_id` (`msg_...`), `model` (the name the client sent, echoed),
-    `signer` (thinking signatures), `input_tokens` (optional prompt-token estimate for
-    message_start when no Usage event precedes the first content), `new_tool_id` (optional
+    `signer` (thinking signatures), `input_tokens` (optional prompt-token figure for
+    message_start when no Usage event precedes the first content, or a function that gives it
+    when message_start is written), `new_tool_id` (optional
     factory for generated tool ids, for tests).
     Readable state: `state`, `started`, `ended`, `failed`, `stop_reason` / `stop_sequence`
     (Anthropic values; None until a Finish or finish()), `prompt_tokens` / `output_tokens` /
@@ -335,7 +337,7 @@ class AnthropicStreamEncoder:
         message_id: str,
         model: str,
         signer: ThinkingSigner,
-        input_tokens: int | None = None,
+        input_tokens: int | Callable[[], int] | None = None,
         new_tool_id: Callable[[], str] = new_tool_use_id,
         hide_reasoning: bool = False,
     ) -> None:
@@ -489,6 +491,8 @@ class AnthropicStreamEncoder:
         cached = self.cached_input_tokens
         if prompt is None:
             est = self._estimated_input
+            if callable(est):
+                est = est()
             input_tokens = est if est is not None else 0
         else:
             input_tokens = self.input_tokens

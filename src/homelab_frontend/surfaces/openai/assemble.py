@@ -4,104 +4,74 @@ For backends that are asked for a stream even when the client wants one whole an
 (`Backend.streams_upstream`: llama.cpp, which cannot stop a non-streaming generation whose client
 left, see README "llama.cpp"). What the client gets is what the upstream would have answered
 without `stream`: the id, created, model and system_fingerprint of the chunks; the message's
-content, `reasoning_content` and tool calls joined in order (tool calls by their `index`); the
-last finish_reason; the usage chunk as sent. Nothing is invented: a field no chunk carried is
-left out (content: null when there was none, as OpenAI has it).
+content, `reasoning_content` and tool calls joined in order; the last finish_reason; the usage
+chunk as sent. Nothing is invented: a field no chunk carried is left out (content: null when
+there was none, as OpenAI has it).
+
+The chunk shape and its quirks are upstream/decode.py's, not repeated here: each payload is
+decoded by `decode_chunk` (a malformed one raises ValueError) and turned into canonical events by
+a `ChunkDecoder` (reasoning vs reasoning_content, index-less and re-indexed tool calls, arguments
+sent as objects, finish reasons); only what the events leave out (the chunk's identity, `usage`
+as sent) is read with decode's `ChunkHead`. Finish reasons go back to OpenAI's words (a stop
+string the upstream named is `stop`).
 """
 
 from __future__ import annotations
 
-from typing import Union
-
 import msgspec
 
+from ... import canonical as c
+from ...upstream.decode import ChunkDecoder, decode_chunk, decode_head
 
-class _Fn(msgspec.Struct):
-    name: Union[str, None] = None
-    arguments: Union[str, None] = None
-
-
-class _ToolDelta(msgspec.Struct):
-    index: int = 0
-    id: Union[str, None] = None
-    type: Union[str, None] = None
-    function: Union[_Fn, None] = None
-
-
-class _Delta(msgspec.Struct):
-    content: Union[str, None] = None
-    reasoning_content: Union[str, None] = None
-    reasoning: Union[str, None] = None
-    tool_calls: Union[list[_ToolDelta], None] = None
-
-
-class _Choice(msgspec.Struct):
-    delta: Union[_Delta, None] = None
-    finish_reason: Union[str, None] = None
-
-
-class _Chunk(msgspec.Struct):
-    id: Union[str, None] = None
-    created: Union[int, None] = None
-    model: Union[str, None] = None
-    system_fingerprint: Union[str, None] = None
-    choices: list[_Choice] = []
-    usage: Union[dict, None] = None
-    error: object = None
-
-
-_decode = msgspec.json.Decoder(_Chunk).decode
+_HEAD = ("id", "created", "model", "system_fingerprint")
+_FINISH = {"stop_sequence": "stop"}  # canonical reasons that are not OpenAI's
 
 
 class CompletionAssembler:
-    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "error", "pieces")
+    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "error", "pieces", "_decoder")
 
     def __init__(self) -> None:
         self.head: dict = {}
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        self.tools: dict[int, dict] = {}
+        self.tools: dict[int, dict] = {}  # canonical index -> the call
         self.finish: str | None = None
         self.usage: dict | None = None
-        self.error: object = None  # an in-band `{"error": ...}` chunk
+        self.error: str | None = None  # the message of an in-band error chunk
         self.pieces = 0  # chunks that carried generated text or tool arguments
+        self._decoder = ChunkDecoder()
 
     def feed(self, payload: bytes) -> None:
         """One SSE data payload (not `[DONE]`). Raises ValueError for one that is not a chunk."""
         try:
-            chunk = _decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as err:
+            chunk = decode_chunk(payload)
+        except msgspec.DecodeError as err:
             raise ValueError(f"the backend sent a malformed chunk ({err})") from None
-        if chunk.error is not None:
-            self.error = chunk.error
-            return
-        for key in ("id", "created", "model", "system_fingerprint"):
-            value = getattr(chunk, key)
-            if value is not None and key not in self.head:
-                self.head[key] = value
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        for choice in chunk.choices[:1]:  # n is never sent upstream: one choice
-            d = choice.delta
-            if d is not None:
-                if d.content:
-                    self.content.append(d.content)
-                    self.pieces += 1
-                reasoning = d.reasoning_content or d.reasoning
-                if reasoning:
-                    self.reasoning.append(reasoning)
-                    self.pieces += 1
-                for t in d.tool_calls or ():
-                    call = self.tools.setdefault(t.index, {"id": None, "type": "function", "name": "", "arguments": ""})
-                    if t.id:
-                        call["id"] = t.id
-                    if t.function is not None:
-                        call["name"] += t.function.name or ""
-                        if t.function.arguments:
-                            call["arguments"] += t.function.arguments
-                            self.pieces += 1
-            if choice.finish_reason is not None:
-                self.finish = choice.finish_reason
+        if len(self.head) < len(_HEAD) or chunk.usage is not None:
+            head = decode_head(payload)  # decoded as a chunk just now: cannot fail
+            for key in _HEAD:
+                value = getattr(head, key)
+                if value is not None and key not in self.head:
+                    self.head[key] = value
+            if head.usage is not None:
+                self.usage = head.usage
+        for ev in self._decoder.feed_chunk(chunk):
+            kind = type(ev)
+            if kind is c.TextDelta:
+                self.content.append(ev.text)
+                self.pieces += 1
+            elif kind is c.ReasoningDelta:
+                self.reasoning.append(ev.text)
+                self.pieces += 1
+            elif kind is c.ToolCallStart:
+                self.tools[ev.index] = {"id": ev.id or None, "name": ev.name, "arguments": ""}
+            elif kind is c.ToolArgsDelta:
+                self.tools[ev.index]["arguments"] += ev.fragment
+                self.pieces += 1
+            elif kind is c.Finish:
+                self.finish = _FINISH.get(ev.reason, ev.reason)
+            elif kind is c.UpstreamError:
+                self.error = ev.message
 
     def result(self) -> dict:
         message: dict = {"role": "assistant", "content": "".join(self.content) if self.content else None}
@@ -109,8 +79,8 @@ class CompletionAssembler:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.tools:
             message["tool_calls"] = [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for _, c in sorted(self.tools.items())
+                {"id": t["id"], "type": "function", "function": {"name": t["name"], "arguments": t["arguments"]}}
+                for _, t in sorted(self.tools.items())
             ]
         out = {
             "id": self.head.get("id"),

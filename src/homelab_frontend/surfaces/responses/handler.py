@@ -27,6 +27,7 @@ from ...request.exchange import Exchange
 from ...request.tracker import Tracked
 from ..context import Gateway
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
+from . import items
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
 from .response import base_response, new_id
@@ -39,9 +40,9 @@ log = logging.getLogger("homelab_frontend")
 _encode = msgspec.json.encode
 
 
-def _parse(body: bytes, lim, sealer: ReasoningSealer) -> ParsedRequest:
+def _parse(body: bytes, lim, sealer: ReasoningSealer, resolved: dict | None = None) -> ParsedRequest:
     limits.check_json(body, lim, counted=("input",))  # Gateway.parse counted messages and tools
-    return parse_request(body, sealer=sealer)
+    return parse_request(body, sealer=sealer, resolved=resolved)
 
 
 def _owner(principal) -> str:
@@ -71,7 +72,7 @@ def conversation(history: list[c.Message], parsed: ParsedRequest, output: list[d
     for item in output:
         kind = item["type"]
         if kind == "reasoning":
-            reasoning.extend(x["text"] for x in item["content"])
+            reasoning.append(items.reasoning_text(item))
         elif kind == "message":
             parts.extend(c.TextPart(x["text"]) for x in item["content"] if x["text"])
         elif kind == "function_call":
@@ -93,7 +94,8 @@ class _Response(Turn):
         self.resp_id = new_id("resp_")
         self.enc = ResponsesStreamEncoder(base=base_response(self.resp_id, parsed, parsed.previous_response_id),
                                           names=parsed.names,
-                                          sealer=state.sealer if parsed.include_encrypted else None)
+                                          sealer=state.sealer if parsed.include_encrypted else None,
+                                          summary=parsed.reasoning_summary)
 
     def encoder(self) -> ResponsesStreamEncoder:
         return self.enc
@@ -103,6 +105,8 @@ class _Response(Turn):
 
     def whole(self, events: list[c.Event], ex: Exchange) -> dict:
         enc = self.enc
+        assert ex.backend is not None
+        enc.counts_reasoning = ex.backend.cfg.streams_upstream  # else one reasoning text, not tokens
         for ev in events:
             enc.feed(ev)
         if enc.failed:
@@ -115,7 +119,8 @@ class _Response(Turn):
         # stored before the client sees the answer: a continuation sent at once finds it
         enc, parsed = self.enc, self.parsed
         if parsed.store and not enc.failed:
-            rec = Record(self.owner, enc.response(), conversation(self.history, parsed, enc.output))
+            rec = Record(self.owner, enc.response(), conversation(self.history, parsed, enc.output),
+                         items.number_inputs(parsed.input_items, self.resp_id))
             await _save(self.state, self.resp_id, rec)
 
 
@@ -125,6 +130,9 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
                                                    lambda b: _parse(b, gw.cfg.limits, state.sealer))
     parsed = front.parsed
     owner = _owner(front.principal)
+    if parsed.references:  # item_reference items: read from the store, then parsed in their place
+        found = await items.resolve(parsed.references, lambda rid: _load(state, rid, owner, "input"))
+        parsed = await gw.parse(front.body, lambda b: _parse(b, gw.cfg.limits, state.sealer, found))
     history: list[c.Message] = []
     prev = parsed.previous_response_id
     if prev:  # before admission: a conversation that is not there costs no slot
@@ -146,6 +154,17 @@ async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Respons
         raise GatewayError("not_found", f"no response with id {resp_id!r}")
     t.model = rec.response.get("model") or ""
     return web.Response(body=_encode(rec.response), content_type="application/json", headers=gw.headers(t))
+
+
+async def input_items(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    principal = gw.auth.admit(request, None, "responses")
+    resp_id = request.match_info["id"]
+    rec = await _load(gw.responses, resp_id, _owner(principal), None)
+    if rec is None:
+        raise GatewayError("not_found", f"no response with id {resp_id!r}")
+    t.model = rec.response.get("model") or ""
+    return web.Response(body=_encode(items.page(rec.input_items, request.query)), content_type="application/json",
+                        headers=gw.headers(t))
 
 
 async def delete(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:

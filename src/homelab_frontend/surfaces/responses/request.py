@@ -19,9 +19,15 @@ input
     `reasoning` -> the next assistant turn's reasoning, only when its `encrypted_content` opens
     under this gateway's secret (sealed.py); plain `content` from a client cannot be verified and
     is dropped, as are forged blobs (never an error: the conversation goes on without it).
-    Items of hosted tools (web_search_call, file_search_call, computer_call, ...), `compaction`,
-    `item_reference` and other item types the gateway cannot express -> dropped when they are
-    hosted-tool records, else 400 naming `input[i].type`.
+    `item_reference` ({id}): the stored item of that id, parsed as if sent in its place; parsing
+    is then two passes: the first collects the ids (`ParsedRequest.references`), the handler reads
+    them from the store (items.py: an id the key does not own is a 404), the second parses with
+    `resolved`. A reasoning item from the store is the gateway's own: its text is trusted.
+    Items of hosted tools (web_search_call, file_search_call, computer_call, ...), `compaction`
+    and other item types the gateway cannot express -> dropped when they are hosted-tool records,
+    else 400 naming `input[i].type`.
+    `input_items`: the input as items (a string as one user message, string content as one text
+    part, references replaced), what GET .../input_items lists.
 instructions
     A system message before everything else (never stored with the conversation: the API does not
     carry instructions over a `previous_response_id`).
@@ -38,7 +44,9 @@ tool_choice
 sampling and limits
     `max_output_tokens` integer >= 1 (the context clamp applies as for `max_tokens`);
     `temperature` / `top_p` only when sent; `reasoning.effort`: none -> reasoning off, minimal ->
-    low, low / medium / high, xhigh -> high; `text.format`: text (nothing), `json_schema` ->
+    low, low / medium / high, xhigh -> high; `reasoning.summary` (or the older
+    `generate_summary`) auto / concise / detailed -> `reasoning_summary` (stream.py: the reasoning
+    is then given as the summary); `text.format`: text (nothing), `json_schema` ->
     `response_format` json_schema, `json_object` -> json_object, else 400. `user` (or
     `safety_identifier`) -> user. There is no `stop` in this dialect.
 """
@@ -52,6 +60,7 @@ import msgspec
 from ... import canonical as c
 from ...errors import GatewayError
 from ..body import decode_object
+from .items import reasoning_text
 from .sealed import ReasoningSealer
 
 __all__ = ["ParsedRequest", "parse_request", "ENCRYPTED_REASONING"]
@@ -92,6 +101,9 @@ class ParsedRequest(msgspec.Struct):
     names: dict[str, tuple[str | None, str]]  # upstream tool name -> (namespace, name)
     echo: dict  # request fields the Response object repeats (tools, tool_choice, text, ...)
     cache_key: str | None = None  # `prompt_cache_key`: session affinity only, never forwarded
+    reasoning_summary: bool = False  # `reasoning.summary` asked for
+    references: list[tuple[str, str]] = msgspec.field(default_factory=list)  # (path, id) to resolve
+    input_items: list[dict] = msgspec.field(default_factory=list)  # the input as items (docstring)
 
     def canonical(self, history: list[c.Message]) -> c.Request:
         msgs = ([c.Message("system", [c.TextPart(self.instructions)])] if self.instructions else [])
@@ -283,8 +295,19 @@ def _parts(content: Any, path: str) -> list[c.Part]:
 _ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 
 
-def _messages(raw: Any, names: dict, sealer: ReasoningSealer) -> list[c.Message]:
+def _as_item(item: dict, kind: str) -> dict:
+    """An input item as input_items lists it: typed, string content as one text part."""
+    item = {**item, "type": kind}
+    if kind == "message" and isinstance(item.get("content"), str):
+        part = "output_text" if item.get("role") == "assistant" else "input_text"
+        item["content"] = [{"type": part, "text": item["content"]}]
+    return item
+
+
+def _messages(raw: Any, names: dict, sealer: ReasoningSealer, resolved: dict[str, dict] | None,
+              refs: list[tuple[str, str]], items: list[dict]) -> list[c.Message]:
     if isinstance(raw, str):
+        items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw}]})
         return [c.Message("user", [c.TextPart(raw)])]
     if not isinstance(raw, list):
         raise _bad("input", f"expected a string or an array of items, got {_type_name(raw)}")
@@ -298,6 +321,17 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer) -> list[c.Message]
         kind = item.get("type", "message" if "role" in item else None)
         if not isinstance(kind, str):
             raise _bad(f"{path}.type", "required string field is missing")
+        trusted = False
+        if kind == "item_reference":
+            ref = item.get("id")
+            if not isinstance(ref, str) or not ref:
+                raise _bad(f"{path}.id", "required string field is missing")
+            if resolved is None:
+                refs.append((f"{path}.id", ref))
+                continue
+            item, trusted = resolved[ref], True
+            kind = item.get("type") if isinstance(item.get("type"), str) else "message"
+        items.append(_as_item(item, kind))
         if kind == "message":
             role_raw = item.get("role")
             role = _ROLES.get(role_raw) if isinstance(role_raw, str) else None
@@ -335,7 +369,7 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer) -> list[c.Message]
             out.append(c.Message("tool", [c.TextPart(text)], tool_call_id=call_id))
             open_turn = False
         elif kind == "reasoning":
-            text = sealer.open(item.get("encrypted_content"))
+            text = reasoning_text(item) if trusted else sealer.open(item.get("encrypted_content"))
             if text:
                 reasoning.append(text)
         elif kind in _HOSTED_ITEMS:
@@ -376,7 +410,7 @@ def _text_format(raw: Any) -> dict | None:
     raise _bad("text.format.type", f"expected text, json_schema or json_object, got {kind!r}")
 
 
-def parse_request(body: bytes, *, sealer: ReasoningSealer) -> ParsedRequest:
+def parse_request(body: bytes, *, sealer: ReasoningSealer, resolved: dict[str, dict] | None = None) -> ParsedRequest:
     raw = decode_object(body)
     model = _str(raw, "model", "model", required=True)
     if not model:
@@ -401,7 +435,9 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer) -> ParsedRequest:
     tools, names = _tools(raw.get("tools"))
     if "input" not in raw:
         raise _bad("input", "required field is missing")
-    messages = _messages(raw["input"], names, sealer)
+    refs: list[tuple[str, str]] = []
+    items: list[dict] = []
+    messages = _messages(raw["input"], names, sealer, resolved, refs, items)
     tool_choice = _tool_choice(raw.get("tool_choice"), names)
     ptc = raw.get("parallel_tool_calls")
     if ptc is not None and not isinstance(ptc, bool):
@@ -412,9 +448,11 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer) -> ParsedRequest:
             raise _bad("max_output_tokens", f"expected an integer, got {_type_name(mot)}")
         if mot < 1:
             raise _bad("max_output_tokens", f"must be at least 1, got {mot}")
-    effort, enabled = None, None
+    effort, enabled, summary = None, None, False
     reasoning = raw.get("reasoning")
     if isinstance(reasoning, dict):
+        asked = reasoning.get("summary") or reasoning.get("generate_summary")
+        summary = asked in ("auto", "concise", "detailed")
         e = reasoning.get("effort")
         if e == "none":
             enabled = False
@@ -448,4 +486,7 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer) -> ParsedRequest:
         names=names,
         echo=echo,
         cache_key=raw["prompt_cache_key"] if isinstance(raw.get("prompt_cache_key"), str) else None,
+        reasoning_summary=summary,
+        references=refs,
+        input_items=items,
     )

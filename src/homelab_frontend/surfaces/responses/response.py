@@ -17,9 +17,15 @@ Choices
 * `status`: `completed`, or `incomplete` with `incomplete_details.reason` `max_output_tokens`
   (upstream finish_reason length) or `content_filter`; the item cut short is `incomplete` too.
   After a failure: `failed` with `error: {code, message}`.
-* `usage` only from the upstream: `input_tokens` / `output_tokens` / `total_tokens`, with
-  `input_tokens_details.cached_tokens` when the upstream reported a cached count; null when the
-  upstream reported no counts (never invented).
+* `usage` from the upstream: `input_tokens` / `output_tokens` / `total_tokens`; null when the
+  upstream reported no counts (never invented). `input_tokens_details.cached_tokens` and
+  `output_tokens_details.reasoning_tokens` are always there, as OpenAI sends them (openai-python's
+  `ResponseUsage` requires both): the upstream's cached count, or 0 when it reported none; the
+  gateway's count of reasoning deltas (no upstream reports reasoning tokens apart), at most
+  `output_tokens`.
+* A reasoning item carries its text as `content` (`reasoning_text`), or, when the client asked
+  for `reasoning.summary`, as its one `summary_text` part with `content` empty (stream.py says
+  why); `items.reasoning_text(item)` reads it back either way.
 * The request's `tools`, `tool_choice`, `text`, `reasoning`, `metadata`, ... are echoed as sent;
   `parallel_tool_calls` defaults to true and `tool_choice` to auto, as the API does.
 """
@@ -67,21 +73,20 @@ def base_response(resp_id: str, req: ParsedRequest, previous_response_id: str | 
     }
 
 
-def usage_object(input_tokens: int | None, output_tokens: int | None, cached: int | None) -> dict | None:
+def usage_object(input_tokens: int | None, output_tokens: int | None, cached: int | None,
+                 reasoning: int = 0) -> dict | None:
     if input_tokens is None and output_tokens is None:
         return None
     i, o = input_tokens or 0, output_tokens or 0
-    out: dict = {"input_tokens": i}
-    if cached is not None:
-        out["input_tokens_details"] = {"cached_tokens": cached}
-    out["output_tokens"] = o
-    out["total_tokens"] = i + o
-    return out
+    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": cached or 0},
+            "output_tokens": o, "output_tokens_details": {"reasoning_tokens": min(reasoning, o)},
+            "total_tokens": i + o}
 
 
-def reasoning_item(item_id: str, text: str, status: str, sealed: str | None) -> dict:
-    item = {"id": item_id, "type": "reasoning", "summary": [],
-            "content": [{"type": "reasoning_text", "text": text}], "status": status}
+def reasoning_item(item_id: str, text: str, status: str, sealed: str | None, *, summary: bool = False) -> dict:
+    part = [{"type": "summary_text" if summary else "reasoning_text", "text": text}]
+    item = {"id": item_id, "type": "reasoning", "summary": part if summary else [],
+            "content": [] if summary else part, "status": status}
     if sealed is not None:
         item["encrypted_content"] = sealed
     return item

@@ -39,6 +39,7 @@ class Record(msgspec.Struct):
     owner: str
     response: dict
     history: list[c.Message]
+    input_items: list[dict] = []  # this request's input as items (request.py), with their ids
 
 
 _encode = msgspec.json.Encoder().encode

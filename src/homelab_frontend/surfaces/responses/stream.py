@@ -23,6 +23,9 @@ with, per output item (at output_index 0, 1, 2, ... in emission order, one open 
 
     reasoning:      output_item.added content_part.added reasoning_text.delta+
                     reasoning_text.done content_part.done output_item.done
+      (summary asked: output_item.added reasoning_summary_part.added
+                    reasoning_summary_text.delta+ reasoning_summary_text.done
+                    reasoning_summary_part.done output_item.done)
     message:        output_item.added content_part.added output_text.delta+
                     output_text.done content_part.done output_item.done
     function_call:  output_item.added function_call_arguments.delta* function_call_arguments.done
@@ -73,6 +76,16 @@ Choices (and why)
 * Function names come back un-flattened: `names` maps the upstream name to (namespace, name).
 * With a sealer (the client asked for `reasoning.encrypted_content`), each finished reasoning item
   carries its text sealed (sealed.py).
+* `summary=True` (the client asked for `reasoning.summary`): the gateway has no summarizer, and a
+  client that asks for a summary shows only the summary (the Vercel AI SDK reads nothing else of
+  a reasoning item; Codex shows summary deltas, raw reasoning only with show_raw_agent_reasoning).
+  So the reasoning text is given as the item's one `summary_text` part, streamed as
+  `reasoning_summary_text.delta`, and `content` stays empty: the same text twice would be shown
+  twice by a client that reads both.
+* `reasoning_tokens` counts reasoning deltas: one token each where the upstream streams a token
+  per chunk (llama.cpp, Ollama, vLLM by default); usage.output_tokens_details says it. A whole
+  (non-streamed) upstream answer has its reasoning as one text: the I/O layer sets
+  `counts_reasoning = False` and the figure is 0, as for an upstream that reports none.
 """
 
 from __future__ import annotations
@@ -94,6 +107,7 @@ from ...canonical import (
     NO_USAGE,
 )
 from . import response as r
+from .items import is_response_id, item_ids
 from .sealed import ReasoningSealer
 
 __all__ = ["ResponsesStreamEncoder"]
@@ -139,6 +153,7 @@ _DELTA_TYPE = {
     MESSAGE: b"response.output_text.delta",
     CALL: b"response.function_call_arguments.delta",
 }
+_SUMMARY_DELTA = b"response.reasoning_summary_text.delta"
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _VALID_CALL_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}").fullmatch
 
@@ -157,12 +172,13 @@ class ResponsesStreamEncoder:
     `finish_reason`, `dropped_tool_args`, `output` (finished items)."""
 
     __slots__ = ("state", "seq", "base", "names", "sealer", "output", "finish_reason", "failed",
-                 "usage", "dropped_tool_args",
+                 "usage", "dropped_tool_args", "summary", "reasoning_tokens", "counts_reasoning",
                  "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index", "_held_ws",
                  "_head", "_call_ids", "_error")
 
     def __init__(self, *, base: dict, names: dict[str, tuple[str | None, str]] | None = None,
-                 sealer: ReasoningSealer | None = None, new_id: Callable[[str], str] = r.new_id) -> None:
+                 sealer: ReasoningSealer | None = None, new_id: Callable[[str], str] | None = None,
+                 summary: bool = False) -> None:
         self.state = IDLE
         self.seq = 0
         self.base = base
@@ -173,7 +189,11 @@ class ResponsesStreamEncoder:
         self.failed = False
         self.usage = NO_USAGE
         self.dropped_tool_args = 0
-        self._new_id = new_id
+        self.summary = summary  # reasoning given as its summary (module docstring)
+        self.reasoning_tokens = 0  # reasoning deltas seen: the gateway's own count
+        self.counts_reasoning = True  # the deltas are tokens (a stream), see the module docstring
+        # item ids name their response (items.py), so an item_reference finds them
+        self._new_id = new_id or (item_ids(base["id"]) if is_response_id(base.get("id")) else r.new_id)
         self._item_id = ""
         self._index = -1
         self._parts: list[str] = []  # the open item's text or argument fragments
@@ -233,6 +253,8 @@ class ResponsesStreamEncoder:
             payload = event.fragment if kind is ToolArgsDelta else event.text
             if not payload:
                 return head
+        if kind is ReasoningDelta:
+            self.reasoning_tokens += 1
         action = _TRANSITIONS[(state, kind)]
         if action is DELTA:
             return head + self._delta(payload)
@@ -281,7 +303,8 @@ class ResponsesStreamEncoder:
             reason = _INCOMPLETE.get(self.finish_reason or "")
             resp["status"] = "incomplete" if reason else "completed"
             resp["incomplete_details"] = {"reason": reason} if reason else None
-        resp["usage"] = r.usage_object(self.prompt_tokens, self.output_tokens, self.cached_input_tokens)
+        resp["usage"] = r.usage_object(self.prompt_tokens, self.output_tokens, self.cached_input_tokens,
+                                       self.reasoning_tokens if self.counts_reasoning else 0)
         return resp
 
     # -- internals ---------------------------------------------------------------------------
@@ -328,14 +351,19 @@ class ResponsesStreamEncoder:
             self._held_ws = ""
             added = r.function_call_item(iid, call_id, name, ns, "", "in_progress")
         out = self._emit("response.output_item.added", {"output_index": idx, "item": added})
-        if item is REASONING:
+        if item is REASONING and self.summary:
+            out += self._emit("response.reasoning_summary_part.added",
+                              {"item_id": iid, "output_index": idx, "summary_index": 0,
+                               "part": {"type": "summary_text", "text": ""}})
+        elif item is REASONING:
             out += self._emit("response.content_part.added", {"item_id": iid, "output_index": idx, "content_index": 0,
                                                                "part": {"type": "reasoning_text", "text": ""}})
         elif item is MESSAGE:
             out += self._emit("response.content_part.added", {"item_id": iid, "output_index": idx, "content_index": 0,
                                                                "part": r.output_text_part("")})
-        dtype = _DELTA_TYPE[item]
-        content = b'"content_index":0,' if item is not CALL else b""
+        summary = item is REASONING and self.summary
+        dtype = _SUMMARY_DELTA if summary else _DELTA_TYPE[item]
+        content = b'"summary_index":0,' if summary else b'"content_index":0,' if item is not CALL else b""
         logprobs = b'"logprobs":[],' if item is MESSAGE else b""
         self._head = b'event: %s\ndata: {"type":"%s","item_id":"%s","output_index":%d,%s%s"sequence_number":' % (
             dtype, dtype, iid.encode(), idx, content, logprobs)
@@ -353,10 +381,15 @@ class ResponsesStreamEncoder:
         ref = {"item_id": iid, "output_index": idx}
         if state is REASONING:
             sealed = self.sealer.seal(text) if self.sealer is not None else None
-            item = r.reasoning_item(iid, text, status, sealed)
-            part = {"type": "reasoning_text", "text": text}
-            out = (self._emit("response.reasoning_text.done", {**ref, "content_index": 0, "text": text})
-                   + self._emit("response.content_part.done", {**ref, "content_index": 0, "part": part}))
+            item = r.reasoning_item(iid, text, status, sealed, summary=self.summary)
+            if self.summary:
+                part = {"type": "summary_text", "text": text}
+                out = (self._emit("response.reasoning_summary_text.done", {**ref, "summary_index": 0, "text": text})
+                       + self._emit("response.reasoning_summary_part.done", {**ref, "summary_index": 0, "part": part}))
+            else:
+                part = {"type": "reasoning_text", "text": text}
+                out = (self._emit("response.reasoning_text.done", {**ref, "content_index": 0, "text": text})
+                       + self._emit("response.content_part.done", {**ref, "content_index": 0, "part": part}))
         elif state is MESSAGE:
             item = r.message_item(iid, text, status)
             out = (self._emit("response.output_text.done", {**ref, "content_index": 0, "text": text, "logprobs": []})

@@ -306,6 +306,18 @@ def test_usage_only_final_chunk_and_unknown_input_tokens():
     assert events[-2]["usage"]["input_tokens"] == 31
 
 
+def test_a_function_for_input_tokens_is_asked_when_message_start_is_written():
+    figure = {"n": None}
+    enc = new_encoder(input_tokens=lambda: figure["n"])
+    figure["n"] = 17  # a count that arrived after the encoder was made, before the first token
+    raw = enc.feed(TextDelta("Hi")) + enc.feed(Usage(None, 1)) + enc.finish()
+    events, _ = full_check(raw)
+    assert events[0]["message"]["usage"]["input_tokens"] == 17
+    enc = new_encoder(input_tokens=lambda: None)  # nothing known: 0, as without any figure
+    events, _ = full_check(enc.feed(TextDelta("Hi")) + enc.finish())
+    assert events[0]["message"]["usage"]["input_tokens"] == 0
+
+
 def test_cached_tokens_are_subtracted_and_reported_never_invented():
     raw = encode([Usage(100, 0, 64), TextDelta("x"), Usage(100, 3, 64)])
     events, _ = full_check(raw)

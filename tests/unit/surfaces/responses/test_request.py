@@ -148,7 +148,7 @@ def test_images():
     ({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}, "input[0].content[0].file_id"),
     ({"model": "m", "input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, "input[0].call_id"),
     ({"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
-    ({"model": "m", "input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+    ({"model": "m", "input": [{"type": "item_reference"}]}, "input[0].id"),
     ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
     ({"model": "m", "input": "x", "temperature": "hot"}, "temperature"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
@@ -188,3 +188,24 @@ def test_any_json_is_a_request_or_a_clear_400(raw):
 @pytest.mark.parametrize("item", [{"type": []}, {"type": {}}, {"type": 1}, {"role": "user", "content": "x", "type": None}])
 def test_an_item_type_that_is_not_a_string_is_a_400(item):
     assert bad({"model": "m", "input": [item]}).param == "input[0].type"
+
+
+def test_item_references_are_collected_then_parsed_as_the_stored_items():
+    body = {"model": "m", "input": [{"role": "user", "content": "q"}, {"type": "item_reference", "id": "rs_1"},
+                                    {"type": "item_reference", "id": "fc_1"},
+                                    {"type": "function_call_output", "call_id": "c1", "output": "o"}]}
+    first = parse(body)
+    assert first.references == [("input[1].id", "rs_1"), ("input[2].id", "fc_1")]
+    stored = {"rs_1": {"id": "rs_1", "type": "reasoning", "summary": [],
+                       "content": [{"type": "reasoning_text", "text": "think"}]},
+              "fc_1": {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "run", "arguments": "{}"}}
+    second = parse_request(json.dumps(body).encode(), sealer=SEALER, resolved=stored)
+    assert second.references == []
+    assert [m.role for m in second.messages] == ["user", "assistant", "tool"]
+    assert second.messages[1].reasoning == "think"  # the store's reasoning is the gateway's own: trusted
+    assert second.messages[1].tool_calls[0].name == "run"
+    assert [i["type"] for i in second.input_items] == ["message", "reasoning", "function_call", "function_call_output"]
+    assert second.input_items[0]["content"] == [{"type": "input_text", "text": "q"}]
+    # the same reasoning item sent by a client (not from the store) is not trusted
+    body["input"][1] = stored["rs_1"]
+    assert parse(body).messages[1].reasoning is None

@@ -98,7 +98,9 @@ def test_reasoning_then_text_has_the_full_grammar():
         "response.output_text.delta", "response.output_text.done", "response.content_part.done",
         "response.output_item.done", "response.completed"]
     final = events[-1]["response"]
-    assert final["status"] == "completed" and final["usage"] == {"input_tokens": 10, "output_tokens": 4, "total_tokens": 14}
+    assert final["status"] == "completed" and final["usage"] == {
+        "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
+        "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 14}
     assert view(final["output"]) == [("reasoning", "thinking"), ("message", "Hello")]
     assert final["output"][0]["summary"] == [] and "encrypted_content" not in final["output"][0]
     assert final == enc.response()
@@ -156,7 +158,38 @@ def test_usage_is_never_invented():
     assert check_stream(raw)[-1]["response"]["usage"] is None
     raw, _ = encode([Usage(7, 2, 3), TextDelta("a"), Finish("stop")])
     assert check_stream(raw)[-1]["response"]["usage"] == {
-        "input_tokens": 7, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 2, "total_tokens": 9}
+        "input_tokens": 7, "input_tokens_details": {"cached_tokens": 3}, "output_tokens": 2,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 9}
+
+
+def test_usage_details_are_always_there_upstream_counted_or_zero():
+    # openai-python's ResponseUsage requires both details: the upstream's cached count or 0, the
+    # gateway's count of reasoning deltas (never more than the output)
+    raw, _ = encode([ReasoningDelta("a"), ReasoningDelta("b"), ReasoningDelta("c"), TextDelta("x"), Usage(5, 4),
+                     Finish("stop")])
+    usage = check_stream(raw)[-1]["response"]["usage"]
+    assert usage["input_tokens_details"] == {"cached_tokens": 0}
+    assert usage["output_tokens_details"] == {"reasoning_tokens": 3}
+    final = sdk_final_response(raw)
+    assert final.usage.output_tokens_details.reasoning_tokens == 3 and final.usage.input_tokens_details.cached_tokens == 0
+    raw, _ = encode([ReasoningDelta("a"), ReasoningDelta("b"), Usage(5, 1), Finish("length")])
+    assert check_stream(raw)[-1]["response"]["usage"]["output_tokens_details"] == {"reasoning_tokens": 1}
+
+
+def test_a_requested_summary_carries_the_reasoning_text():
+    body = {"model": MODEL, "input": "hi", "reasoning": {"effort": "high", "summary": "auto"}}
+    parsed = parse_request(json.dumps(body).encode(), sealer=SEALER)
+    assert parsed.reasoning_summary
+    enc = new_encoder(body, summary=parsed.reasoning_summary)
+    raw = b"".join(enc.feed(e) for e in [ReasoningDelta("plan "), ReasoningDelta("it"), TextDelta("ok"),
+                                          Usage(3, 3), Finish("stop")]) + enc.finish()
+    events = check_stream(raw)
+    kinds = [e["type"] for e in events]
+    assert "response.reasoning_summary_text.delta" in kinds and "response.reasoning_text.delta" not in kinds
+    item = events[-1]["response"]["output"][0]
+    assert item["summary"] == [{"type": "summary_text", "text": "plan it"}] and item["content"] == []
+    final = sdk_final_response(raw)  # the openai SDK's accumulator builds the same summary
+    assert final.output[0].summary[0].text == "plan it" and final.output_text == "ok"
 
 
 def test_encrypted_reasoning_opens_only_here():
