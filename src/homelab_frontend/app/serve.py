@@ -7,6 +7,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 from typing import Callable
 
@@ -33,6 +34,7 @@ def fail(message: str) -> int:
 
 async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: int,
                 ready: Callable[[int], None] | None = None) -> int:
+    _check_port(host, port)  # before anything starts: probes, managed servers, the ledger
     gw = Gateway(cfg, config_path)
     app = build_app(gw)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
@@ -93,6 +95,27 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
     await runner.cleanup()
     log.warning("shutdown complete")
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port another process holds is said before the gateway starts anything: a health probe's
+    warning (or a managed server started at boot) would otherwise come first. Bound and let go at
+    once, with the options the site binds with; a port taken between this and the real bind is
+    still reported by the bind itself."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # the real bind says what is wrong with the host
+    for family, kind, proto, _, addr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(addr)
+            except OSError as err:
+                why = os.strerror(err.errno).lower() if err.errno else str(err)
+                raise StartupError(f"cannot listen on {host}:{port}: {why}") from None
 
 
 def _loopback(host: str) -> bool:
