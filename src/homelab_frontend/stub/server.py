@@ -143,16 +143,31 @@ async def _llama_headers(request: web.Request, response: web.StreamResponse) -> 
 
 
 # llama-server closes the connection a moment after a streamed answer, though it announced
-# keep-alive: a request sent on it in that moment gets no answer at all.
+# keep-alive: a request sent on it in that moment gets no answer at all. One whose answer had
+# already begun by then is not cut (the real server closes between requests, never inside one).
 LLAMA_CLOSE_AFTER_STREAM_S = 0.05
+_answering: dict[int, web.Request] = {}  # id(transport) -> the request being answered on it
+
+
+def _close_between_requests(transport: asyncio.BaseTransport) -> None:
+    current = _answering.get(id(transport))
+    if current is not None and current.transport is transport and current.writer.output_size:
+        return
+    transport.close()
 
 
 @web.middleware
 async def _llama_close_after_stream(request: web.Request, handler: Any) -> web.StreamResponse:
-    resp = await handler(request)
-    if resp.headers.get("Content-Type", "").startswith("text/event-stream") and request.transport is not None:
-        transport = request.transport
-        asyncio.get_running_loop().call_later(LLAMA_CLOSE_AFTER_STREAM_S, transport.close)
+    transport = request.transport
+    key = id(transport)
+    _answering[key] = request
+    try:
+        resp = await handler(request)
+    finally:
+        if _answering.get(key) is request:
+            del _answering[key]
+    if resp.headers.get("Content-Type", "").startswith("text/event-stream") and transport is not None:
+        asyncio.get_running_loop().call_later(LLAMA_CLOSE_AFTER_STREAM_S, _close_between_requests, transport)
     return resp
 
 
