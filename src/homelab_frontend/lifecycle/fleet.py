@@ -64,6 +64,8 @@ class Managed:
         self.removed = False
         self.busy: asyncio.Task | None = None  # the start or stop in progress
         self.remote: dict | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
+        # A client's keep_alive (Ollama's API) in place of run.idle_ttl_s: (seconds or None: never)
+        self.keep_alive: tuple[float | None] | None = None
 
     @property
     def run(self) -> cfgmod.Run:
@@ -90,9 +92,13 @@ class Managed:
         return policy.Unit(
             name=self.name, state=self.state, uses=self.run.uses,
             held=pool.busy() if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
-            last_used=max(self.last_used, remote_used), idle_ttl_s=self.run.idle_ttl_s, retry_at=self.retry_at,
+            last_used=max(self.last_used, remote_used), idle_ttl_s=self.idle_ttl_s, retry_at=self.retry_at,
             wanted=self.wanted_at is not None, evict=self.evict,
         )
+
+    @property
+    def idle_ttl_s(self) -> float | None:
+        return self.keep_alive[0] if self.keep_alive is not None else self.run.idle_ttl_s
 
     def as_dict(self) -> dict:
         if self.remote is not None:  # a follower: the leader's word, and where it runs
@@ -106,7 +112,7 @@ class Managed:
             "last_exit": describe_status(self.last_exit) if self.last_exit is not None else None,
             "last_start_s": round(self.last_start_s, 3) if self.last_start_s is not None else None,
             "error": self.error, "uses": dict(self.run.uses), "unload": self.run.unload,
-            "idle_ttl_s": self.run.idle_ttl_s,
+            "idle_ttl_s": self.idle_ttl_s,
             "in_use": self.pool.in_use if self.pool is not None else 0,
             "waiting": self.pool.waiting() if self.pool is not None else 0,
             "retry_in_s": round(max(0.0, self.retry_at - time.monotonic()), 1) if self.retry_at else None,
@@ -259,6 +265,20 @@ class Fleet:
             u.evict = True
         self.kick()
         return u.as_dict()
+
+    def keep_alive(self, name: str, seconds: float | None) -> None:
+        """A client's `keep_alive` (Ollama's API): the backend stays up this long after its last
+        request (None: until swapped out or stopped), in place of `run.idle_ttl_s` until the next
+        one says otherwise; 0 unloads it once its running requests finish, as Ollama does."""
+        u = self.units.get(name)
+        if u is None or u.removed:
+            return
+        if seconds == 0:
+            u.keep_alive = None
+            self.unwant(name)
+            return
+        u.keep_alive = (seconds,)
+        self.kick()
 
     def snapshot(self) -> list[dict]:
         out = [u.as_dict() for u in self.units.values() if not u.removed]

@@ -39,7 +39,7 @@ from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
 from .errors import model_not_found
-from .request import Call, parse_chat, parse_generate
+from .request import Call, keep_alive_seconds, parse_chat, parse_generate
 from .stream import NdjsonEncoder, durations, wall_clock
 
 # What /api/version says: an Ollama whose API this surface speaks. Clients gate features on it
@@ -106,10 +106,12 @@ async def tags(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
 
 
 async def ps(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
-    """What is running: the models whose backends hold slots right now."""
+    """What is running: the models whose backends hold slots right now, or are loaded (a managed
+    backend that is up, lifecycle/)."""
     gw.auth.admit(request, None, "ollama")
+    fleet = gw.fleet
     running = [names.ps_entry(name, _context_length(route)) for name, route in _usable(request, gw)
-               if any(b.pool.in_use for b in route.backends)]
+               if any(b.pool.in_use or (fleet.managed(b.name) and fleet.ready(b.name)) for b in route.backends)]
     return _json({"models": running}, gw, t)
 
 
@@ -189,6 +191,22 @@ class OllamaTurn(Turn):
         return tail
 
 
+def _lifetime(gw: Gateway, route: Route, call: Call) -> None:
+    """What an Ollama client says of its model's lifetime, for the managed backends (`run:`)
+    that serve it: a load request (no prompt) starts them, `keep_alive` is their idle time from
+    now on (lifecycle/fleet.py: Fleet.keep_alive), 0 unloads them after their running requests."""
+    fleet = gw.fleet
+    given = call.keep_alive is not None
+    seconds = keep_alive_seconds(call.keep_alive) if given else None
+    for b in route.backends:
+        if not fleet.managed(b.name):
+            continue
+        if given:
+            fleet.keep_alive(b.name, seconds)
+        if call.request is None and not call.unload:
+            fleet.want(b.name)
+
+
 def _loaded(call: Call) -> dict:
     """Ollama's answer to a load (or unload) request: one object, whatever `stream` says."""
     doc: dict = {"model": call.model, "created_at": wall_clock()}
@@ -208,6 +226,7 @@ async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Call
             raise model_not_found(t.model, _names(gw)) from None
         raise
     call = front.parsed
+    _lifetime(gw, front.route, call)
     if call.request is None:
         return _json(_loaded(call), gw, t)
     async with exchange(request, gw, t, front, call.request) as ex:

@@ -46,8 +46,10 @@ options
     (vLLM's max_model_len and llama.cpp's -c are fixed at launch; Ollama's OpenAI layer reads no
     num_ctx). A used option of the wrong type is a 400 naming `options.<name>`.
 keep_alive
-    A duration string ("5m"), a number of seconds, 0 or -1: accepted (validated, then unused
-    until managed backends exist). Open WebUI's unload is `{"model", "prompt": "", "keep_alive": 0}`.
+    A duration string ("5m", "1h30m"), a number of seconds, 0 or -1 (forever). For a managed
+    backend (`run:`) it replaces `run.idle_ttl_s` from this request on, and 0 unloads it once its
+    running requests finish (handler.py); other backends have no lifetime to set, so it is
+    validated and unused. Open WebUI's unload is `{"model", "prompt": "", "keep_alive": 0}`.
 /api/generate
     `system` -> a system message, `prompt` (+ top-level `images`) -> one user message. A request
     with no prompt and no messages only loads (or with keep_alive 0 unloads) the model in Ollama:
@@ -60,6 +62,7 @@ keep_alive
 from __future__ import annotations
 
 import binascii
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -85,7 +88,7 @@ class Call(msgspec.Struct):
 
     @property
     def unload(self) -> bool:
-        return self.keep_alive == 0 or self.keep_alive == "0" or self.keep_alive == "0s"
+        return self.keep_alive is not None and keep_alive_seconds(self.keep_alive) == 0
 
 
 def _bad(path: str, detail: str) -> GatewayError:
@@ -298,7 +301,31 @@ def _keep_alive(v: Any) -> float | str | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float, str)):
         raise _bad("keep_alive", f'expected a duration ("5m", "1h") or a number of seconds, got {_kind(v)}')
+    if isinstance(v, str) and keep_alive_seconds(v) is _BAD:
+        raise _bad("keep_alive", f'expected a duration such as "5m", "1h30m", "300ms" or "-1", got {v!r}'[:200])
     return v
+
+
+_BAD = object()
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive_seconds(v: float | str) -> Any:
+    """Ollama's keep_alive in seconds: a number of seconds, or a Go duration ("5m", "1h30m");
+    negative means forever (None). _BAD for a string that is neither."""
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            v = float(text)
+        except ValueError:
+            sign = -1.0 if text.startswith("-") else 1.0
+            body = text.lstrip("+-")
+            parts = _DURATION.findall(body)
+            if not body or "".join(n + u for n, u in parts) != body:
+                return _BAD
+            v = sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
+    return None if v < 0 else float(v)
 
 
 def _options(v: Any, req: c.Request) -> None:
