@@ -78,7 +78,8 @@ class StubHandle:
 
     def fail(self, **how: Any) -> dict:
         """Every chat request fails from now on: fail(status=503, message="...") answers that
-        status, fail(reset=True) closes the connection unanswered; fail() clears it."""
+        status, fail(reset=True) closes the connection unanswered, fail(abort_after=N) drops it
+        after N tokens of the answer; fail() clears it."""
         return self._call("POST", "/stub/fail", json.dumps(how).encode() if how else b"")
 
     def requests(self) -> list[dict]:

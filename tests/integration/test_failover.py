@@ -290,3 +290,44 @@ def test_a_fallback_loop_is_a_config_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "homelab_frontend", "check", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "all down: c" in done.stdout
+
+
+# -- a whole answer the backend breaks off ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llama_pair():
+    with start_stub("llamacpp", "--model", "m") as a, start_stub("llamacpp", "--model", "m") as b:
+        cfg = config_for({n: {"url": s.base, "slots": 2, "kind": "llamacpp", "health_interval_s": 60}
+                          for n, s in (("la", a), ("lb", b))},
+                         {"m": {"backends": ["la", "lb"], "affinity": False}})
+        with Gateway(cfg) as g:
+            yield g, a, b
+
+
+PLAIN = [
+    ("/chat/completions", {"messages": [{"role": "user", "content": "hi [stub content=8]"}]},
+     lambda doc: doc["choices"][0]["message"]["content"]),
+    ("/messages", {"max_tokens": 50, "messages": [{"role": "user", "content": "hi [stub content=8]"}]},
+     lambda doc: doc["content"][0]["text"]),
+]
+
+
+@pytest.mark.parametrize("path,body,text", PLAIN, ids=["openai", "anthropic"])
+def test_a_whole_answer_broken_off_mid_way_is_answered_whole_by_the_other_backend(llama_pair, path, body, text):
+    """llama.cpp's plain answers are read as a stream (so a client leaving stops them): one that
+    breaks off mid-way has sent the client nothing, so it fails over like a refusal."""
+    g, la, lb = llama_pair
+    la.reset()
+    lb.reset()
+    la.fail(abort_after=3)  # every answer of la's dies after 3 tokens, as when its server is killed
+    try:
+        status, headers, raw = post_raw(g.base + path, {"model": "m", **body})
+        assert status == 200, raw[:300]
+        # the whole answer (the stub's 8 tokens), not the three tokens la broke off after
+        assert text(json.loads(raw)) == "Hello from the homelab demo backend. This answer "
+        assert "aborted" in la.log_text() and len(lb.requests()) == 1
+        line = _line(g, headers["request-id"])
+        assert line["failovers"] == [{"backend": "la", "cause": "broke"}] and line["backends_tried"] == ["la", "lb"], line
+        assert line["outcome"] == "ok" and line["tokens_out"] == 8, line
+    finally:
+        la.fail()

@@ -135,15 +135,35 @@ class Exchange:
                 if cause is None or not await self._fail_over(cause):
                     raise
 
+    async def whole(self, read: Callable[[], Awaitable[T]]) -> T:
+        """A whole answer read from an upstream stream: `read()` opens it and reads it to its end,
+        raising UpstreamFailure(cause="broke") when the backend breaks off mid-way. No byte of a
+        whole answer reaches the client before its end, so such a backend fails over like one
+        that refused (`attempt`): the partial answer and its counts are dropped and the request
+        is answered whole by another backend of the model."""
+        t = self.t
+
+        async def once() -> T:
+            t.tokens_out, t.tokens_in, t.tokens_cached = 0, None, None
+            return await read()
+
+        return await self.attempt(once)
+
     async def _fail_over(self, cause: str) -> bool:
         failed = self.backend
         assert failed is not None
+        if cause == "broke":  # its connection died under the answer: as good as refused for health
+            failed.connection_failed(f"backend {failed.name!r} broke off an answer")
         tried = self.t.tried()
         alt = self.route.alternative(tried, failed)
         if alt is None:
             return False
         self.t.failovers = [*(self.t.failovers or ()), (failed.name, cause)]
-        self._release_slot()  # it refused or never answered: nothing runs there
+        if self.resp is not None:  # the answer it broke off (a whole one: none of it went out)
+            self.resp.close()
+            self.resp = None
+        self._opened = self.complete = False
+        self._release_slot()  # it refused, never answered, or died: nothing runs there
         if self._count is not None:  # the next backend's own tokenizer counts the prompt anew
             self._count.cancel()
             self._count = None

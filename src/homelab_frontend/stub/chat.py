@@ -65,7 +65,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     except msgspec.DecodeError as exc:
         return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
     seq = state.record(body, request.headers)
-    if state.failing is not None:
+    if state.failing is not None and "abort_after" not in state.failing:
         return _fail(request, flavour, state, seq)
     if not authorized(request, config.api_key):
         state.log.write(f"rejected status=401 seq={seq}")
@@ -173,7 +173,9 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         max_tokens=max_tokens,
         stop=parse_stop(body.get("stop")),
         include_stop=flavour.vllm_extras and body.get("include_stop_str_in_output") is True,
-        fail_after=directives.fail_after,
+        # POST /stub/fail {"abort_after": N}: every answer breaks after N tokens, as when the
+        # server dies mid-generation (the prompt's own fail_after would go to every backend)
+        fail_after=(state.failing or {}).get("abort_after", directives.fail_after),
         error_after=directives.error_after,
         stop_token=directives.stop_token if flavour.vllm_extras else None,
         stream_tool_args=flavour.stream_tool_args,

@@ -67,6 +67,7 @@ from ..request.context_clamp import open_chat
 from ..request.exchange import Exchange
 from ..request.tracker import GENERATING, Tracked
 from ..upstream.decode import Malformed, decode_completion
+from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
 from .context import Gateway
 from .upstream_events import Midstream, gateway_stops, stream_events
@@ -226,13 +227,19 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
             raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         fold.whole(events)
         return events
-    upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
-    ex.t.phase = GENERATING
-    try:
-        return [ev async for events in stream_events(upstream, ex, matcher, fold) for ev in events]
-    except Midstream as err:
-        kind = "upstream_too_large" if err.kind == "upstream_too_large" else "upstream_error"
-        raise GatewayError(kind, str(err)) from None
+
+    async def read() -> list[c.Event]:
+        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
+        ex.t.phase = GENERATING
+        stops = StopMatcher(req.stop) if matcher is not None else None  # each try matches anew
+        try:
+            return [ev async for events in stream_events(upstream, ex, stops, fold) for ev in events]
+        except Midstream as err:
+            if err.kind == "upstream_too_large":  # it answered: too much
+                raise GatewayError("upstream_too_large", str(err)) from None
+            raise UpstreamFailure("upstream_error", str(err), cause="broke") from None
+
+    return await ex.whole(read)  # a backend that breaks off mid-way fails over: nothing went out
 
 
 _COUNT_WAIT_S = 2.0  # at the end of an answer the prompt count has long arrived; if not, no figure

@@ -35,6 +35,7 @@ from ...upstream.decode import (
     validate_completion,
     validate_embeddings,
 )
+from ...upstream.client import UpstreamFailure
 from ...upstream.read import UpstreamTooLarge
 from ..body import decode_object
 from ..model_rewrite import ModelRewriter
@@ -92,12 +93,13 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
         # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
         streamed = req.stream or ex.backend.cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
-        upstream = await open_chat(ex, req, stream=streamed, continuous_usage=usage_opts.continuous_usage_stats)
+        continuous = usage_opts.continuous_usage_stats
         rewrite = ModelRewriter(route.upstream_model, route.client_model)
         if not req.stream:
-            if streamed:
-                raw = await _whole_from_stream(upstream, ex, t)
+            if streamed:  # a backend that breaks off mid-way fails over: none of it went out
+                raw = await ex.whole(lambda: _whole_from_stream(ex, req, t, continuous))
             else:
+                upstream = await open_chat(ex, req, stream=False, continuous_usage=continuous)
                 raw = await ex.client.read_all(upstream)
                 ex.complete = True
             _checked_completion(raw, ex, t)
@@ -105,16 +107,19 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
             await out.prepare(request)
             await out.write_eof()
             return out
+        upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
         out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
         await out.prepare(request)
         await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out
 
 
-async def _whole_from_stream(upstream, ex: Exchange, t: Tracked) -> bytes:
+async def _whole_from_stream(ex: Exchange, req, t: Tracked, continuous: bool) -> bytes:
     """A plain answer, read from an upstream stream (the gateway folds the chunks into the
     chat.completion the upstream would have sent). A client that leaves meanwhile closes the
-    stream, which llama.cpp notices at its next token."""
+    stream, which llama.cpp notices at its next token. A stream that breaks off is
+    UpstreamFailure(cause="broke"): Exchange.whole tries another backend."""
+    upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
     t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
     asm = CompletionAssembler()
     name = ex.backend.name
@@ -134,9 +139,10 @@ async def _whole_from_stream(upstream, ex: Exchange, t: Tracked) -> bytes:
                     text = err.get("message") if isinstance(err, dict) else err
                     raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(str(text))}")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
-        raise GatewayError("upstream_error", f"backend {name!r} closed the connection before its answer was complete") from None
+        raise UpstreamFailure("upstream_error", f"backend {name!r} closed the connection before its answer was complete",
+                              cause="broke") from None
     if not ex.complete:
-        raise GatewayError("upstream_error", f"backend {name!r} ended the stream without finishing it")
+        raise UpstreamFailure("upstream_error", f"backend {name!r} ended the stream without finishing it", cause="broke")
     usage = asm.usage or {}
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     t.tokens_in = prompt if isinstance(prompt, int) else None
