@@ -86,6 +86,12 @@ def processing_slots(url: str) -> list[int]:
     return [s["id"] for s in get(url + "/slots") if s.get("is_processing")]
 
 
+def tokens_predicted(url: str) -> float:
+    """The server's own count of tokens it has generated (/metrics), 0 before the first."""
+    line = [ln for ln in get(url + "/metrics").splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
+    return float(line[0].split()[-1]) if line else 0.0
+
+
 class LlamaServer:
     """One llama-server process on a free loopback port."""
 

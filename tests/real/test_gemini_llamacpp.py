@@ -17,7 +17,7 @@ from google import genai
 from google.genai import types
 
 from gwproc import Gateway, config_for
-from llamaproc import get, module_llama, processing_slots
+from llamaproc import module_llama, processing_slots, tokens_predicted
 from rawhttp import post_and_vanish
 from stubproc import wait_for
 
@@ -82,7 +82,7 @@ def test_max_output_tokens(client):
 
 
 def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
-    before = get(llama + "/metrics")
+    before = tokens_predicted(llama)
     post_and_vanish(gateway.llm + "/v1beta/models/gemma:streamGenerateContent?alt=sse",
                     {"contents": [{"parts": [{"text": "Write a very long story about a dragon."}]}],
                      "generationConfig": {"maxOutputTokens": 2000}}, after_bytes=3000)
@@ -93,7 +93,4 @@ def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
     rec = wait_for(lambda: [r for r in gateway.access_log() if r["outcome"].startswith("cancelled")], 2)
     assert rec[-1]["dialect"] == "gemini" and rec[-1]["outcome"] == "cancelled_streaming"
 
-    def tokens(metrics: str) -> float:
-        line = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
-        return float(line[0].split()[-1]) if line else 0.0
-    assert tokens(get(llama + "/metrics")) - tokens(before) < 1000
+    assert tokens_predicted(llama) - before < 1000

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from gwproc import Gateway, config_for
-from llamaproc import get, module_llama, processing_slots
+from llamaproc import module_llama, processing_slots, tokens_predicted
 from rawhttp import post_and_vanish
 from stubproc import wait_for
 
@@ -58,7 +58,7 @@ def test_max_output_tokens_is_incomplete(gateway):
 
 
 def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
-    before = get(llama + "/metrics")
+    before = tokens_predicted(llama)
     post_and_vanish(gateway.base + "/responses", {"model": "gemma", "stream": True, "store": False,
                                                   "max_output_tokens": 2000,
                                                   "input": "Write a very long story about a dragon."},
@@ -70,10 +70,7 @@ def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
     rec = wait_for(lambda: [r for r in gateway.access_log() if r["outcome"].startswith("cancelled")], 2)
     assert rec[-1]["dialect"] == "responses" and rec[-1]["outcome"] == "cancelled_streaming"
     # llama.cpp generated far fewer than the 2000 tokens asked for
-    def tokens(metrics: str) -> float:
-        line = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
-        return float(line[0].split()[-1]) if line else 0.0
-    assert tokens(get(llama + "/metrics")) - tokens(before) < 1000
+    assert tokens_predicted(llama) - before < 1000
 
 
 def test_a_prompt_over_the_context_is_context_length_exceeded(gateway):
