@@ -61,6 +61,37 @@ def llama_config(base: str, **backend) -> dict:
     )
 
 
+def module_llama(*, parallel: int, ctx: int):
+    """A module's own `llama` fixture: one llama-server for the module, yielding its url, for
+    tests that need another size than tests/real/conftest.py's shared server."""
+
+    @pytest.fixture(scope="module", name="llama")
+    def llama():
+        require_llama()
+        with LlamaServer(parallel=parallel, ctx=ctx) as server:
+            yield server.url
+
+    return llama
+
+
+def get(url: str):
+    """A llama-server endpoint's answer: JSON decoded, anything else (/metrics) as text."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = resp.read()
+    return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
+
+
+def processing_slots(url: str) -> list[int]:
+    """The ids of the slots the server at `url` itself says are generating (or prefilling)."""
+    return [s["id"] for s in get(url + "/slots") if s.get("is_processing")]
+
+
+def tokens_predicted(url: str) -> float:
+    """The server's own count of tokens it has generated (/metrics), 0 before the first."""
+    line = [ln for ln in get(url + "/metrics").splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
+    return float(line[0].split()[-1]) if line else 0.0
+
+
 class LlamaServer:
     """One llama-server process on a free loopback port."""
 

@@ -14,6 +14,7 @@
 #   claude-code.sh            install every pinned release
 #   claude-code.sh --versions print the pinned releases, newest first (the tests read this)
 set -euo pipefail
+. "$(dirname "$0")/lib/npm.sh"
 NEWEST=2.1.332
 OLDEST=2.1.197
 VERSIONS="$NEWEST $OLDEST"
@@ -38,13 +39,7 @@ install_one() {
   if installed "$version"; then
     return 0
   fi
-  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    apt-get update
-    apt-get install -y --no-install-recommends nodejs npm
-  fi
-  mkdir -p "$dest"
-  npm install --prefix "$dest" --no-save --no-audit --no-fund --include=optional \
-    "@anthropic-ai/claude-code@$version"
+  npm_install "$dest" --include=optional "@anthropic-ai/claude-code@$version"
   # npm may hold dependency install scripts back (ignore-scripts, script approvals): then the
   # launcher is still the placeholder, and the postinstall is run here by hand.
   if ! installed "$version" && [ -f "$pkg/install.cjs" ]; then

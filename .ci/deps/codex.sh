@@ -7,6 +7,7 @@
 # fine); the platform's native binary comes as an optional dependency aliased to
 # `@openai/codex@<version>-<platform>`, so --include=optional is required.
 set -euo pipefail
+. "$(dirname "$0")/lib/npm.sh"
 VERSION=0.171.0
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DEST="$ROOT/.cache/codex"
@@ -20,12 +21,6 @@ if installed; then
   exit 0
 fi
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  apt-get update
-  apt-get install -y --no-install-recommends nodejs npm
-fi
-
-mkdir -p "$DEST"
-npm install --prefix "$DEST" --no-save --no-audit --no-fund --include=optional "@openai/codex@$VERSION"
+npm_install "$DEST" --include=optional "@openai/codex@$VERSION"
 installed || { echo "codex.sh: @openai/codex@$VERSION did not install into $DEST" >&2; exit 1; }
 echo "codex.sh: installed $("$BIN" --version) into $DEST"

@@ -5,6 +5,7 @@
 # Why 0.61.0: the newest release when the Gemini surface was built (it speaks only Google's
 # Gemini API; GOOGLE_GEMINI_BASE_URL moves it to the gateway). engines: node >= 20.
 set -euo pipefail
+. "$(dirname "$0")/lib/npm.sh"
 VERSION=0.61.0
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DEST="$ROOT/.cache/gemini-cli"
@@ -18,12 +19,6 @@ if installed; then
   exit 0
 fi
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  apt-get update
-  apt-get install -y --no-install-recommends nodejs npm
-fi
-
-mkdir -p "$DEST"
-npm install --prefix "$DEST" --no-save --no-audit --no-fund "@google/gemini-cli@$VERSION"
+npm_install "$DEST" "@google/gemini-cli@$VERSION"
 installed || { echo "gemini-cli.sh: @google/gemini-cli@$VERSION did not install into $DEST" >&2; exit 1; }
 echo "gemini-cli.sh: installed @google/gemini-cli $VERSION into $DEST"

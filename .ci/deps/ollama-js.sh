@@ -7,6 +7,7 @@
 #   ollama-js.sh          install the pinned release
 #   ollama-js.sh --dir    print the directory it goes to (the test reads this)
 set -euo pipefail
+. "$(dirname "$0")/lib/npm.sh"
 VERSION=0.6.4
 DEST="${XDG_CACHE_HOME:-$HOME/.cache}/homelab-frontend/ollama-js/$VERSION"
 
@@ -23,12 +24,7 @@ installed() {
 if installed; then
   exit 0
 fi
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  apt-get update
-  apt-get install -y --no-install-recommends nodejs npm
-fi
-mkdir -p "$DEST"
-npm install --prefix "$DEST" --no-save --no-audit --no-fund "ollama@$VERSION"
+npm_install "$DEST" "ollama@$VERSION"
 installed || {
   echo "ollama-js.sh: ollama@$VERSION did not install into $DEST" >&2
   exit 1

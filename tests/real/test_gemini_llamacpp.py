@@ -11,31 +11,20 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 
 import pytest
 from google import genai
 from google.genai import types
 
 from gwproc import Gateway, config_for
-from llamaproc import LlamaServer, require_llama
+from llamaproc import module_llama, processing_slots, tokens_predicted
 from rawhttp import post_and_vanish
 from stubproc import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        body = resp.read()
-    return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
-
-
-@pytest.fixture(scope="module")
-def llama():
-    require_llama()
-    with LlamaServer(parallel=2, ctx=4096) as server:
-        yield server.url
+llama = module_llama(parallel=2, ctx=4096)
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +39,6 @@ def gateway(llama):
 def client(gateway):
     return genai.Client(api_key="unused", http_options=types.HttpOptions(
         base_url=gateway.llm, retry_options=types.HttpRetryOptions(attempts=1)))
-
-
-def _processing(llama: str) -> list[int]:
-    return [s["id"] for s in _get(llama + "/slots") if s.get("is_processing")]
 
 
 def test_generate_content_and_the_stream_agree(client):
@@ -97,18 +82,15 @@ def test_max_output_tokens(client):
 
 
 def test_client_leaving_mid_stream_stops_llama_cpp(gateway, llama):
-    before = _get(llama + "/metrics")
+    before = tokens_predicted(llama)
     post_and_vanish(gateway.llm + "/v1beta/models/gemma:streamGenerateContent?alt=sse",
                     {"contents": [{"parts": [{"text": "Write a very long story about a dragon."}]}],
                      "generationConfig": {"maxOutputTokens": 2000}}, after_bytes=3000)
     gone = time.monotonic()
-    wait_for(lambda: not _processing(llama), 3.0, 0.05)
+    wait_for(lambda: not processing_slots(llama), 3.0, 0.05)
     assert time.monotonic() - gone < 3.0
     wait_for(lambda: gateway.admin()["backends"]["llama"]["in_use"] == 0, 2.0)
     rec = wait_for(lambda: [r for r in gateway.access_log() if r["outcome"].startswith("cancelled")], 2)
     assert rec[-1]["dialect"] == "gemini" and rec[-1]["outcome"] == "cancelled_streaming"
 
-    def tokens(metrics: str) -> float:
-        line = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:tokens_predicted_total")]
-        return float(line[0].split()[-1]) if line else 0.0
-    assert tokens(_get(llama + "/metrics")) - tokens(before) < 1000
+    assert tokens_predicted(llama) - before < 1000

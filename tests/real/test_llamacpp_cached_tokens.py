@@ -14,18 +14,14 @@ import anthropic
 import pytest
 
 from gwproc import Gateway, config_for
-from llamaproc import LlamaServer, require_llama
+from llamaproc import module_llama
 
 pytestmark = pytest.mark.timeout(300)
 SYSTEM = "You answer in one short sentence. " * 12
 
 
-@pytest.fixture(scope="module")
-def llama():
-    require_llama()
-    # one slot: turn two lands on the slot whose cache holds turn one
-    with LlamaServer(parallel=1, ctx=4096) as server:
-        yield server.url
+# one slot: turn two lands on the slot whose cache holds turn one
+llama = module_llama(parallel=1, ctx=4096)
 
 
 @pytest.fixture(scope="module")

@@ -9,29 +9,17 @@ naming the script, and are skipped elsewhere."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
-
 import ollama
 import pytest
 
 from gwproc import Gateway, config_for
-from llamaproc import ALIAS, LlamaServer, require_llama
+from llamaproc import ALIAS, get, module_llama, processing_slots
 from stubproc import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
-@pytest.fixture(scope="module")
-def llama():
-    require_llama()
-    with LlamaServer(parallel=2, ctx=4096) as server:
-        yield server.url
+llama = module_llama(parallel=2, ctx=4096)
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +30,8 @@ def client(llama):
         yield ollama.Client(host=gw.url)
 
 
-def _processing(llama: str) -> list[int]:
-    return [s["id"] for s in _get(llama + "/slots") if s.get("is_processing")]
-
-
 def test_show_reads_the_servers_own_props(client, llama):
-    props = _get(llama + "/props")
+    props = get(llama + "/props")
     shown = client.show("gemma")
     caps = props["chat_template_caps"]  # this server's own account, read here independently
     assert "completion" in shown.capabilities
@@ -82,6 +66,6 @@ def test_closing_a_streamed_chat_stops_llama_cpp(client, llama):
     stream = client.chat(model="gemma", messages=[{"role": "user", "content": "Write a long story about the sea."}],
                          stream=True, options={"num_predict": 2000})
     next(stream)
-    wait_for(lambda: _processing(llama), timeout=30)
+    wait_for(lambda: processing_slots(llama), timeout=30)
     stream.close()
-    wait_for(lambda: not _processing(llama), timeout=30, interval=0.1)
+    wait_for(lambda: not processing_slots(llama), timeout=30, interval=0.1)

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from gwproc import Gateway, config_for
-from llamaproc import LlamaServer, require_llama
+from llamaproc import module_llama
 from rawhttp import post_raw
 from recording_proxy import RecordingProxy
 
@@ -22,11 +22,7 @@ CTX = 2048
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def llama():
-    require_llama()
-    with LlamaServer(parallel=1, ctx=CTX) as server:
-        yield server.url
+llama = module_llama(parallel=1, ctx=CTX)
 
 
 def test_llamacpp_tokenizer_sets_max_tokens_to_the_exact_room(llama):

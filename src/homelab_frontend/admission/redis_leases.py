@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .slots import WaitQueue, _Waiter, granted as _granted
+from .slots import QueueFront, WaitQueue, _Waiter, granted as _granted
 
 log = logging.getLogger("homelab_frontend.cluster")
 
@@ -531,7 +531,7 @@ class _RWaiter(_Waiter):
     __slots__ = ("task", "tracked")
 
 
-class RedisSlotPool:
+class RedisSlotPool(QueueFront):
     """A backend's slots as Redis leases. The queue in front (fairness, priority, depth, timeout,
     Retry-After) is the same `WaitQueue` the in-process `SlotPool` uses; what is this class's own is
     taking and giving back, which are awaits on Redis, and the granter task that serves the queue.
@@ -559,29 +559,6 @@ class RedisSlotPool:
     @property
     def held(self) -> int:
         return sum(1 for h in self._held.values() if h.bound)
-
-    @property
-    def depth(self) -> int:
-        return self.queue.depth
-
-    @property
-    def timeout_s(self) -> float:
-        return self.queue.timeout_s
-
-    @property
-    def queued(self) -> int:
-        return self.queue.queued
-
-    def retry_after(self, position: int | None = None) -> float:
-        return self.queue.retry_after(self.slots, position)
-
-    def expected_wait_s(self) -> float:
-        return self.queue.expected_wait_s(self.slots, self.in_use)
-
-    def waited_too_long(self) -> GatewayError:
-        """The refusal of a request that waited its queue timeout (a gate in front, such as a
-        managed backend's, lifecycle/gate.py, keeps its own clock and refuses with it)."""
-        return self.queue.waited_too_long(self.slots)
 
     # -- admission ----------------------------------------------------------------------------
 

@@ -133,14 +133,14 @@ class WaitQueue:
                 w.fut.set_exception(err)
 
 
-class SlotPool:
-    """A backend's slots counted in process, with the shared WaitQueue in front."""
+class QueueFront:
+    """What a slot store tells through the WaitQueue it owns (`queue`, with its `slots` and
+    `in_use`): the queue's size and timeout, how many wait, Retry-After, the expected wait, the
+    refusal of one that waited too long. Both stores, so the two cannot tell it differently."""
 
-    def __init__(self, name: str, slots: int, depth: int, timeout_s: float) -> None:
-        self.name = name
-        self.slots = slots
-        self.in_use = 0
-        self.queue = WaitQueue(name, depth, timeout_s)
+    queue: WaitQueue
+    slots: int
+    in_use: int
 
     @property
     def depth(self) -> int:
@@ -164,6 +164,16 @@ class SlotPool:
         """The refusal of a request that waited its queue timeout (a gate in front, such as a
         managed backend's, lifecycle/gate.py, keeps its own clock and refuses with it)."""
         return self.queue.waited_too_long(self.slots)
+
+
+class SlotPool(QueueFront):
+    """A backend's slots counted in process, with the shared WaitQueue in front."""
+
+    def __init__(self, name: str, slots: int, depth: int, timeout_s: float) -> None:
+        self.name = name
+        self.slots = slots
+        self.in_use = 0
+        self.queue = WaitQueue(name, depth, timeout_s)
 
     async def acquire(self, key: str = "", priority: int = 0) -> None:
         """Take a slot, waiting in the queue if need be. Raises GatewayError("overloaded")."""

@@ -5,6 +5,7 @@ Protected by the admin key when one is configured (see auth.Auth.is_admin)."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from aiohttp import web
 
@@ -119,14 +120,26 @@ def _unit(gw: OpsGateway, name: str) -> web.Response | None:
     return None
 
 
-async def backend_log(request: web.Request) -> web.Response:
-    gw = _gw(request)
-    if not gw.auth.is_admin(request):
-        return _forbidden()
-    name = request.match_info["name"]
-    refused = _unit(gw, name)
-    if refused is not None:
-        return refused
+def _on_managed(action: Callable[[web.Request, OpsGateway, str], web.Response]):
+    """A handler for /admin/backends/{name}/...: the admin key, then a managed backend by that
+    name (404 for none, 409 for an external one), then `action`."""
+
+    async def handler(request: web.Request) -> web.Response:
+        gw = _gw(request)
+        if not gw.auth.is_admin(request):
+            return _forbidden()
+        name = request.match_info["name"]
+        refused = _unit(gw, name)
+        if refused is not None:
+            return refused
+        return action(request, gw, name)
+
+    handler.__name__ = handler.__qualname__ = action.__name__
+    return handler
+
+
+@_on_managed
+def backend_log(request: web.Request, gw: OpsGateway, name: str) -> web.Response:
     try:
         n = max(1, min(int(request.query.get("lines", "200")), 100_000))
     except ValueError:
@@ -136,25 +149,13 @@ async def backend_log(request: web.Request) -> web.Response:
     return web.Response(text="".join(line + "\n" for line in lines), content_type="text/plain")
 
 
-async def backend_start(request: web.Request) -> web.Response:
-    gw = _gw(request)
-    if not gw.auth.is_admin(request):
-        return _forbidden()
-    name = request.match_info["name"]
-    refused = _unit(gw, name)
-    if refused is not None:
-        return refused
+@_on_managed
+def backend_start(request: web.Request, gw: OpsGateway, name: str) -> web.Response:
     return web.json_response(gw.fleet.want(name), status=202)
 
 
-async def backend_stop(request: web.Request) -> web.Response:
-    gw = _gw(request)
-    if not gw.auth.is_admin(request):
-        return _forbidden()
-    name = request.match_info["name"]
-    refused = _unit(gw, name)
-    if refused is not None:
-        return refused
+@_on_managed
+def backend_stop(request: web.Request, gw: OpsGateway, name: str) -> web.Response:
     return web.json_response(gw.fleet.unwant(name), status=202)
 
 

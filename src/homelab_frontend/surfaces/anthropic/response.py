@@ -39,6 +39,8 @@ Tool calls
     Claude Code then reports a schema error back to the model as a tool_result, and the model can
     retry; failing the whole answer with a 502 would throw the turn away (and a 500 is never right).
     Argument fragments for an index that never got a ToolCallStart are dropped (no name to call).
+    (The argument parsing and the error mapping below are surfaces/assembly.py's, shared by every
+    dialect.)
 stop_reason
     stop -> end_turn (but tool_use when the message holds tool calls: Ollama and some parsers report
     `stop` for a tool call, and Anthropic clients run tools on `tool_use`), length -> max_tokens,
@@ -65,10 +67,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from ... import canonical as c
-from ...errors import GatewayError
+from ..assembly import tool_arguments, upstream_failure
 from ..signature import ThinkingSigner
 from .rules import STOP_REASONS, new_message_id, new_tool_use_id, tool_use_id
 
@@ -145,7 +145,7 @@ class MessageAssembler:
 
     def result(self) -> dict[str, Any]:
         if self._error is not None:
-            raise _gateway_error(self._error)
+            raise upstream_failure(self._error)
         content = self._content()
         has_tools = any(b["type"] == "tool_use" for b in content)
         finish = self._finish
@@ -215,32 +215,9 @@ class MessageAssembler:
                         "type": "tool_use",
                         "id": tool_id,
                         "name": v.name,
-                        "input": _tool_input("".join(v.fragments)),
+                        "input": tool_arguments("".join(v.fragments)),
                     }
                 )
         if not content:
             content.append({"type": "text", "text": ""})
         return content
-
-
-def _tool_input(raw: str) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return {"_raw_arguments": raw}
-    if value is None:
-        return {}
-    if isinstance(value, dict):
-        return value
-    return {"_raw_arguments": raw}
-
-
-def _gateway_error(err: c.UpstreamError) -> GatewayError:
-    message = err.message or "the upstream failed while answering"
-    if err.kind == "timeout_error":
-        return GatewayError("timeout", message)
-    if err.kind == "overloaded_error":
-        return GatewayError("upstream_error", message, status=503)
-    return GatewayError("upstream_error", message)

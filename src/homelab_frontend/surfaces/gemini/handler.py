@@ -32,12 +32,12 @@ from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream.chat_body import build_body
-from ...upstream.decode import ErrorBody, Malformed, validate_embeddings
 from ...upstream.prompt_count import count_prompt
 from ..context import Gateway
+from ..embeddings import read_embeddings, vectors_of
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
 from .fields import invalid
-from .models import count_request, embed_inputs, embeddings, model_entry, model_name
+from .models import count_request, embed_inputs, model_entry, model_name
 from .request import parse_body, parse_request, request_from
 from .response import ResponseAssembler
 from .rules import new_response_id
@@ -184,15 +184,11 @@ async def _embed(request: web.Request, gw: Gateway, t: Tracked, model: str, batc
         upstream_body["dimensions"] = parsed.dimensions
     async with exchange(request, gw, t, front, c.Request(model=model, messages=[])) as ex:
         upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
-        raw = await ex.client.read_all(upstream)
-        ex.complete = True
-        name = ex.backend.name
+        _, doc = await read_embeddings(ex, upstream)
         try:
-            vectors = embeddings(validate_embeddings(raw).data or [], len(parsed.texts))
-        except (Malformed, ValueError) as err:
-            if isinstance(err, ErrorBody):
-                raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(str(err))}") from None
-            raise GatewayError("upstream_malformed", f"backend {name!r}: {clean_message(str(err))}") from None
+            vectors = vectors_of(doc.data or [], len(parsed.texts))
+        except ValueError as err:
+            raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         if batch:
             return _json(gw, t, {"embeddings": [{"values": v} for v in vectors]})
         return _json(gw, t, {"embedding": {"values": vectors[0]}})

@@ -1,4 +1,5 @@
-"""Models, token counts and embeddings in Google's shapes. Pure.
+"""Models, token counts and embedding requests in Google's shapes (the answer's vectors are
+surfaces/embeddings.py's, shared with the other dialects). Pure.
 
 A model is `models/<name>` where <name> is what the client asked for (a configured model in the
 list; for `models.get`, the client's name, which may be an alias such as `gemini-2.5-flash`).
@@ -81,21 +82,3 @@ def _content_text(content: Any, path: str) -> str:
     if not texts:
         raise _invalid(f"{path}.parts", "must hold at least one text part")
     return "\n".join(texts)
-
-
-def embeddings(data: list[dict], count: int) -> list[list[float]]:
-    """The vectors of an OpenAI embeddings answer's `data`, in input order; ValueError when it
-    is not `count` float vectors (a base64 or a short answer is not relayed as if it were)."""
-    def index(d: dict) -> int:
-        i = d.get("index")
-        return i if isinstance(i, int) and not isinstance(i, bool) else 0
-
-    out = []
-    for d in sorted(data, key=index):
-        v = d.get("embedding")
-        if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-            raise ValueError("an embedding is not a list of numbers")
-        out.append(v)
-    if len(out) != count:
-        raise ValueError(f"{len(out)} embeddings for {count} inputs")
-    return out

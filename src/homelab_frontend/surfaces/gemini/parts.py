@@ -33,8 +33,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ... import canonical as c
+from ..assembly import tool_arguments
 from ..signature import ThinkingSigner
-from .rules import call_args, call_id, new_call_id, signature_for
+from .rules import call_id, new_call_id, signature_for
 
 TEXT = "text"
 THOUGHT = "thought"
@@ -51,7 +52,7 @@ class _Call:
         self.fragments: list[str] = []
 
     def function_call(self) -> dict:
-        return {"id": self.id, "name": self.name, "args": call_args("".join(self.fragments))}
+        return {"id": self.id, "name": self.name, "args": tool_arguments("".join(self.fragments))}
 
 
 Part = tuple  # (kind, payload, signature | None)

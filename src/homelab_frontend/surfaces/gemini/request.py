@@ -133,6 +133,15 @@ class _Call:
         self.answered = False
 
 
+def _text(part: dict, path: str) -> str | None:
+    """A text part's text (None: the part is not a text part); a text that is no string is a 400
+    naming `<path>.text`."""
+    text = part.get("text")
+    if text is not None and not isinstance(text, str):
+        raise _invalid(f"{path}.text", f"expected a string, got {_kind(text)}")
+    return text
+
+
 class _Translator:
     def __init__(self, signer: ThinkingSigner) -> None:
         self._signer = signer
@@ -218,10 +227,8 @@ class _Translator:
                     reasoning.append(text)
             if part.get("thought") is True:
                 continue
-            text = part.get("text")
+            text = _text(part, ppath)
             if text is not None:
-                if not isinstance(text, str):
-                    raise _invalid(f"{ppath}.text", f"expected a string, got {_kind(text)}")
                 if text:
                     msg.parts.append(c.TextPart(text))
                 continue
@@ -265,10 +272,8 @@ class _Translator:
             part = _obj(part, ppath)
             if part.get("thought") is True:
                 continue
-            text = part.get("text")
+            text = _text(part, ppath)
             if text is not None:
-                if not isinstance(text, str):
-                    raise _invalid(f"{ppath}.text", f"expected a string, got {_kind(text)}")
                 if text:
                     user.parts.append(c.TextPart(text))
                 continue

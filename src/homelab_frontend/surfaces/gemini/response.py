@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ... import canonical as c
-from ...errors import GatewayError
+from ..assembly import upstream_failure
 from ..signature import ThinkingSigner
 from .parts import CALL, PartMachine, part_json
 from .rules import finish_reason, new_call_id, usage_metadata
@@ -41,7 +41,7 @@ class ResponseAssembler:
     def result(self) -> dict[str, Any]:
         pm = self._pm
         if pm.error is not None:
-            raise _gateway_error(pm.error)
+            raise upstream_failure(pm.error)
         parts = _merged(self._parts + pm.end())
         candidate: dict = {"content": {"parts": parts, "role": "model"} if parts else {"role": "model"},
                            "finishReason": finish_reason(pm.finish), "index": 0}
@@ -65,15 +65,6 @@ def _merged(parts: list[tuple]) -> list[dict]:
         out.append(part_json(p))
         last_kind = kind
     return [p for p in out if p.get("text", True) != "" or len(p) > 1]
-
-
-def _gateway_error(err: c.UpstreamError) -> GatewayError:
-    message = err.message or "the upstream failed while answering"
-    if err.kind == "timeout_error":
-        return GatewayError("timeout", message)
-    if err.kind == "overloaded_error":
-        return GatewayError("upstream_error", message, status=503)
-    return GatewayError("upstream_error", message)
 
 
 __all__ = ["ResponseAssembler"]

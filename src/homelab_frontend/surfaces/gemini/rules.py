@@ -17,7 +17,8 @@ Function calls
     hex digits; clients echo it back in `functionResponse.id` (request.py matches it). `args`:
     the argument text parsed as JSON; empty or null -> `{}`; anything but a JSON object (cut off by
     MAX_TOKENS, malformed by a small model) -> `{"_raw_arguments": "<the text>"}`, as the other
-    surfaces do, so the client reports a bad call back to the model instead of the turn failing.
+    surfaces do (one function for all: surfaces/assembly.py), so the client reports a bad call back
+    to the model instead of the turn failing.
 thoughtSignature
     Gemini clients never send thought parts back (Gemini CLI keeps only the signatures, on the
     part that carries them), so the signature itself must carry the reasoning: it is
@@ -38,8 +39,6 @@ import base64
 import binascii
 import secrets
 from typing import Any
-
-import msgspec
 
 from ... import canonical as c
 from ..signature import ThinkingSigner
@@ -85,18 +84,6 @@ def call_id(upstream_id: str | None, used: set[str], new=new_call_id) -> str:
     cid = upstream_id if upstream_id and upstream_id not in used else new()
     used.add(cid)
     return cid
-
-
-def call_args(raw: str) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return {"_raw_arguments": raw}
-    if value is None:
-        return {}
-    return value if isinstance(value, dict) else {"_raw_arguments": raw}
 
 
 def signature_for(signer: ThinkingSigner, reasoning: str) -> str:

@@ -32,9 +32,9 @@ from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream.capabilities import Facts, can_tell, fetch_facts
-from ...upstream.decode import ErrorBody, Malformed, validate_embeddings
 from ..body import decode_object
 from ..context import Gateway
+from ..embeddings import read_embeddings
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
@@ -254,14 +254,7 @@ async def _embed_upstream(request: web.Request, gw: Gateway, t: Tracked, name: s
         upstream_body["dimensions"] = dimensions
     async with exchange(request, gw, t, front, c.Request(model=name, messages=[])) as ex:
         upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
-        raw = await ex.client.read_all(upstream)
-        ex.complete = True
-    try:
-        doc = validate_embeddings(raw)
-    except Malformed as err:
-        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
-    except ErrorBody as err:
-        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+        raw, doc = await read_embeddings(ex, upstream)
     rows = sorted(doc.data or [], key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0)
     vectors = [d.get("embedding") for d in rows]
     if len(vectors) != len(inputs) or not all(isinstance(v, list) for v in vectors):

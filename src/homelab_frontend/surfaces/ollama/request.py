@@ -209,19 +209,27 @@ class _Calls:
         return None
 
 
-def _tool_calls(v: Any, i: int, path: str) -> list[c.ToolCall]:
+def _functions(v: Any, path: str):
+    """(`<path>[j]`, the entry, its `function` object) for each entry of a tools or tool_calls list
+    (none for a missing one); a list that is no list, an entry that is no object, or one with no
+    `function` object, is a 400 naming it."""
     if v is None:
-        return []
+        return
     if not isinstance(v, list):
         raise _bad(path, f"expected a list, got {_kind(v)}")
-    out = []
-    for j, tc in enumerate(v):
+    for j, entry in enumerate(v):
         where = f"{path}[{j}]"
-        if not isinstance(tc, dict):
-            raise _bad(where, f"expected an object, got {_kind(tc)}")
-        fn = tc.get("function")
+        if not isinstance(entry, dict):
+            raise _bad(where, f"expected an object, got {_kind(entry)}")
+        fn = entry.get("function")
         if not isinstance(fn, dict):
             raise _bad(f"{where}.function", "required object field is missing")
+        yield where, entry, fn
+
+
+def _tool_calls(v: Any, i: int, path: str) -> list[c.ToolCall]:
+    out = []
+    for j, (where, tc, fn) in enumerate(_functions(v, path)):
         name = _str(fn, "name", f"{where}.function.name", required=True)
         call_id = tc.get("id")
         if not isinstance(call_id, str) or not call_id:
@@ -254,18 +262,8 @@ def _message(i: int, m: Any, calls: _Calls) -> c.Message:
 
 
 def _tools(v: Any) -> list[c.Tool]:
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise _bad("tools", f"expected a list, got {_kind(v)}")
     out = []
-    for k, t in enumerate(v):
-        where = f"tools[{k}]"
-        if not isinstance(t, dict):
-            raise _bad(where, f"expected an object, got {_kind(t)}")
-        fn = t.get("function")
-        if not isinstance(fn, dict):
-            raise _bad(f"{where}.function", "required object field is missing")
+    for where, _, fn in _functions(v, "tools"):
         name = _str(fn, "name", f"{where}.function.name", required=True)
         if not name:
             raise _bad(f"{where}.function.name", "must not be empty")

@@ -33,7 +33,6 @@ from ...upstream.decode import (
     chunk_error,
     decode_chunk,
     validate_completion,
-    validate_embeddings,
 )
 from ...upstream.client import UpstreamFailure
 from ...upstream.read import UpstreamTooLarge
@@ -41,6 +40,7 @@ from ..body import decode_object
 from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
+from ..embeddings import read_embeddings
 from ..skeleton import SSE_HEADERS, exchange, inbound
 from ..usage import UsageFold
 from .request import StreamOptions, parse_request
@@ -272,14 +272,7 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Strea
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
         upstream = await ex.attempt(lambda: ex.open("/embeddings", _encode(upstream_body), stream=False))
-        result = await ex.client.read_all(upstream)
-        ex.complete = True
-        try:
-            doc = validate_embeddings(result)
-        except Malformed as err:
-            raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
-        except ErrorBody as err:
-            raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+        result, _ = await read_embeddings(ex, upstream)
         rewrite = ModelRewriter(route.upstream_model, route.client_model)
         out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))
         await out.prepare(request)

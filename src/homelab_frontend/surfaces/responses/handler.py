@@ -146,23 +146,24 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
         return await answer(request, gw, t, ex, turn)
 
 
-async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+async def _stored(request: web.Request, gw: Gateway, t: Tracked) -> Record:
+    """The stored response the path's {id} names, when the caller's key may read it (else 404)."""
     principal = gw.auth.admit(request, None, "responses")
     resp_id = request.match_info["id"]
     rec = await _load(gw.responses, resp_id, _owner(principal), None)
     if rec is None:
         raise GatewayError("not_found", f"no response with id {resp_id!r}")
     t.model = rec.response.get("model") or ""
+    return rec
+
+
+async def retrieve(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    rec = await _stored(request, gw, t)
     return web.Response(body=_encode(rec.response), content_type="application/json", headers=gw.headers(t))
 
 
 async def input_items(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
-    principal = gw.auth.admit(request, None, "responses")
-    resp_id = request.match_info["id"]
-    rec = await _load(gw.responses, resp_id, _owner(principal), None)
-    if rec is None:
-        raise GatewayError("not_found", f"no response with id {resp_id!r}")
-    t.model = rec.response.get("model") or ""
+    rec = await _stored(request, gw, t)
     return web.Response(body=_encode(items.page(rec.input_items, request.query)), content_type="application/json",
                         headers=gw.headers(t))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.surfaces.gemini.models import count_request, embed_inputs, embeddings, model_entry, model_name
+from homelab_frontend.surfaces.embeddings import vectors_of as embeddings
+from homelab_frontend.surfaces.gemini.models import count_request, embed_inputs, model_entry, model_name
 
 
 def test_a_model_entry():

@@ -1,0 +1,50 @@
+"""A backend's `/embeddings` answer as every surface that offers embeddings reads it (OpenAI's
+/v1/embeddings, Gemini's embedContent and batchEmbedContents, Ollama's /api/embed and
+/api/embeddings), so the dialects cannot drift apart on what they accept from an upstream.
+
+`read_embeddings` reads the opened answer whole and checks it: not an embeddings list ->
+`upstream_malformed`, an error sent in a 200 body -> `upstream_error`, both naming the backend.
+`vectors_of` takes the float vectors out of it in input order, for a dialect that re-shapes them:
+one that is not a list of numbers, or a count other than the inputs', is a ValueError (a base64
+or a short answer is not relayed as if it were).
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from ..errors import GatewayError, clean_message
+from ..request.exchange import Exchange
+from ..upstream.decode import ErrorBody, Malformed, validate_embeddings
+
+__all__ = ["read_embeddings", "vectors_of"]
+
+
+async def read_embeddings(ex: Exchange, upstream: aiohttp.ClientResponse):
+    """(the body as the backend sent it, its checked document); the exchange is complete."""
+    raw = await ex.client.read_all(upstream)
+    ex.complete = True
+    try:
+        return raw, validate_embeddings(raw)
+    except Malformed as err:
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+    except ErrorBody as err:
+        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+
+
+def vectors_of(data: list[dict], count: int) -> list[list[float]]:
+    """The vectors of an OpenAI embeddings answer's `data`, in input order; ValueError when it
+    is not `count` float vectors."""
+    def index(d: dict) -> int:
+        i = d.get("index")
+        return i if isinstance(i, int) and not isinstance(i, bool) else 0
+
+    out = []
+    for d in sorted(data, key=index):
+        v = d.get("embedding")
+        if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise ValueError("an embedding is not a list of numbers")
+        out.append(v)
+    if len(out) != count:
+        raise ValueError(f"{len(out)} embeddings for {count} inputs")
+    return out
