@@ -112,6 +112,11 @@ class Stack:
         self.vllm.reset()
         self.ollama.reset()
         self.proxy.exchanges.clear()
+        # A test whose stub dropped connections may have left a backend marked down by passive
+        # health (policy/passive_health.py) until its next probe: the next test starts once the
+        # gateway has taken it back, not inside that window.
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        wait_for(lambda: all(b["up"] for b in self.gateway.admin(admin)["backends"].values()), 60, 0.1)
         self.log_mark = len(self.gateway.access_log())
 
     def access_log(self) -> list[dict]:
