@@ -2,7 +2,8 @@
 /v1/embeddings, Gemini's embedContent and batchEmbedContents, Ollama's /api/embed and
 /api/embeddings), so the dialects cannot drift apart on what they accept from an upstream.
 
-`read_embeddings` reads the opened answer whole and checks it: not an embeddings list ->
+`embed` opens the backend's `/embeddings` (through `Exchange.attempt`: a backend that refuses
+fails over, as a chat does) and reads the answer whole; `read_embeddings` checks it: not an embeddings list ->
 `upstream_malformed`, an error sent in a 200 body -> `upstream_error`, both naming the backend.
 `vectors_of` takes the float vectors out of it in input order, for a dialect that re-shapes them:
 one that is not a list of numbers, or a count other than the inputs', is a ValueError (a base64
@@ -17,7 +18,13 @@ from ..errors import GatewayError, clean_message
 from ..request.exchange import Exchange
 from ..upstream.decode import ErrorBody, Malformed, validate_embeddings
 
-__all__ = ["read_embeddings", "vectors_of"]
+__all__ = ["embed", "read_embeddings", "vectors_of"]
+
+
+async def embed(ex: Exchange, body: bytes):
+    """The backend's embeddings for `body` (its JSON): (the body as sent, its checked document)."""
+    upstream = await ex.attempt(lambda: ex.open("/embeddings", body, stream=False))
+    return await read_embeddings(ex, upstream)
 
 
 async def read_embeddings(ex: Exchange, upstream: aiohttp.ClientResponse):

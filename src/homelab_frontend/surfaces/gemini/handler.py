@@ -34,7 +34,7 @@ from ...request.tracker import Tracked
 from ...upstream.chat_body import build_body
 from ...upstream.prompt_count import count_prompt
 from ..context import Gateway
-from ..embeddings import read_embeddings, vectors_of
+from ..embeddings import embed, vectors_of
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
 from .fields import invalid
 from .models import count_request, embed_inputs, model_entry, model_name
@@ -183,8 +183,7 @@ async def _embed(request: web.Request, gw: Gateway, t: Tracked, model: str, batc
     if parsed.dimensions is not None:
         upstream_body["dimensions"] = parsed.dimensions
     async with exchange(request, gw, t, front, c.Request(model=model, messages=[])) as ex:
-        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
-        _, doc = await read_embeddings(ex, upstream)
+        _, doc = await embed(ex, _encode(upstream_body))
         try:
             vectors = vectors_of(doc.data or [], len(parsed.texts))
         except ValueError as err:

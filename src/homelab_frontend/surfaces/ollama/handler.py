@@ -34,7 +34,7 @@ from ...request.tracker import Tracked
 from ...upstream.capabilities import Facts, can_tell, fetch_facts
 from ..body import decode_object
 from ..context import Gateway
-from ..embeddings import read_embeddings
+from ..embeddings import embed as upstream_embeddings
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
@@ -253,8 +253,7 @@ async def _embed_upstream(request: web.Request, gw: Gateway, t: Tracked, name: s
     if dimensions is not None:
         upstream_body["dimensions"] = dimensions
     async with exchange(request, gw, t, front, c.Request(model=name, messages=[])) as ex:
-        upstream = await ex.open("/embeddings", _encode(upstream_body), stream=False)
-        raw, doc = await read_embeddings(ex, upstream)
+        raw, doc = await upstream_embeddings(ex, _encode(upstream_body))
     rows = sorted(doc.data or [], key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0)
     vectors = [d.get("embedding") for d in rows]
     if len(vectors) != len(inputs) or not all(isinstance(v, list) for v in vectors):

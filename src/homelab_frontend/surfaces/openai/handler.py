@@ -40,7 +40,7 @@ from ..body import decode_object
 from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
-from ..embeddings import read_embeddings
+from ..embeddings import embed
 from ..skeleton import SSE_HEADERS, exchange, inbound
 from ..usage import UsageFold
 from .request import StreamOptions, parse_request
@@ -271,8 +271,7 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Strea
     upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
         await ex.admit()
-        upstream = await ex.attempt(lambda: ex.open("/embeddings", _encode(upstream_body), stream=False))
-        result, _ = await read_embeddings(ex, upstream)
+        result, _ = await embed(ex, _encode(upstream_body))
         rewrite = ModelRewriter(route.upstream_model, route.client_model)
         out = web.Response(body=rewrite(result), content_type="application/json", headers=gw.headers(t))
         await out.prepare(request)
