@@ -128,6 +128,9 @@ def test_chat_plain(client, vllm_stub):
     assert r.message.role == "assistant" and r.message.content and r.message.thinking
     assert r.eval_count == 8 and r.prompt_eval_count > 0
     assert r.total_duration >= r.eval_duration >= 0 and isinstance(r.load_duration, int)
+    # an always-up backend loads nothing, and the answer's time is eval time: clients show
+    # eval_count / eval_duration as tokens per second
+    assert r.load_duration == 0 and r.eval_duration > 0
     up = last_upstream(vllm_stub)
     assert up["model"] == R1 and up.get("stream") is not True or up.get("stream") is False
 

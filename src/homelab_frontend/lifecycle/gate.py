@@ -29,9 +29,11 @@ QUEUED = "queued"
 
 
 class Record(Protocol):
-    """The request's record (request.tracker.Tracked), for its phase in /admin/requests."""
+    """The request's record (request.tracker.Tracked): its phase in /admin/requests, and how
+    long it waited for its backend to load (the ledger's load wait, Ollama's load_duration)."""
 
     phase: str
+    load_wait: float
 
 
 class Host(Protocol):
@@ -233,6 +235,8 @@ class ManagedPool:
     def _end_loading(self, w: _Waiter, now: float) -> None:
         if w.loading_since is not None:
             self.host.waited_loading(self.name, now - w.loading_since)
+            if w.record is not None:
+                w.record.load_wait += now - w.loading_since
             w.loading_since = None
 
     def _expire(self, w: _Waiter) -> None:

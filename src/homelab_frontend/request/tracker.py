@@ -31,7 +31,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
-        "slot_seconds", "upstream_model", "body_bytes", "trace",
+        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -67,6 +67,7 @@ class Tracked:
         self.upstream_model: str | None = None  # the name the backend was asked for
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
         self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
+        self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""

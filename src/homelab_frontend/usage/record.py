@@ -38,6 +38,7 @@ class Record(Protocol):
     tokens_cached: int | None
     slot_seconds: float
     queue_wait: float | None
+    load_wait: float  # of queue_wait, the wait for a managed server to start
     outcome: str
     body_bytes: int | None
 
@@ -88,5 +89,5 @@ def entry_of(t: Record, now: float) -> Entry | None:
         backend=t.backend or "", dialect=t.dialect, outcome=t.outcome,
         input_tokens=tin, cached_tokens=(t.tokens_cached or 0) if reported else 0, output_tokens=tout,
         input_exact=in_exact, output_exact=out_exact, slot_seconds=t.slot_seconds or 0.0,
-        queue_seconds=t.queue_wait or 0.0, load_seconds=getattr(t, "load_wait", None) or 0.0,
+        queue_seconds=t.queue_wait or 0.0, load_seconds=t.load_wait,
     )

@@ -14,6 +14,7 @@ from homelab_frontend.lifecycle.gate import ManagedPool
 
 class Rec:
     phase = "queued"
+    load_wait = 0.0
 
 
 class Host:
@@ -84,6 +85,7 @@ def test_waits_in_phase_loading_past_the_queue_timeout_then_is_granted():
         pool.grant()
         await asyncio.wait_for(task, 1)
         assert pool.in_use == 1 and rec.phase == "queued" and host.loaded_s >= 0.4
+        assert rec.load_wait >= 0.4  # the request's own record says how long it waited for the load
     asyncio.run(go())
 
 

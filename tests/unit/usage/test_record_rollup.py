@@ -15,7 +15,7 @@ T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 
 def _rec(**kw):
     base = dict(key_name="alice", model="m", upstream_model="up", backend="b", dialect="openai",
-                tokens_in=None, tokens_out=0, tokens_cached=None, slot_seconds=0.0, queue_wait=None,
+                tokens_in=None, tokens_out=0, tokens_cached=None, slot_seconds=0.0, queue_wait=None, load_wait=0.0,
                 outcome="ok", body_bytes=400, upstream_headers=None)
     return SimpleNamespace(**{**base, **kw})
 
@@ -46,7 +46,7 @@ def test_what_generates_nothing_is_not_a_row():
     assert entry_of(_rec(upstream_model=None, tokens_in=12), T0) is None  # count_tokens, a stored response read
 
 
-def test_a_load_wait_is_read_when_the_record_has_one():
+def test_the_load_wait_is_the_records():
     assert entry_of(_rec(load_wait=3.5), T0).load_seconds == 3.5
 
 

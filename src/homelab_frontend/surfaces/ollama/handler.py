@@ -170,7 +170,7 @@ class OllamaTurn(Turn):
 
     def _durations(self):
         t = self.t
-        return durations(time.monotonic() - t.started, t.queue_wait, t.upstream_headers, t.ttft)
+        return durations(time.monotonic() - t.started, t.queue_wait, t.load_wait, t.ttft)
 
     def encoder(self) -> NdjsonEncoder:
         return NdjsonEncoder(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix)

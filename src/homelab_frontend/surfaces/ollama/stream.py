@@ -81,15 +81,20 @@ class Durations(msgspec.Struct, frozen=True):
     eval: int
 
 
-def durations(elapsed: float, queue_wait: float | None, upstream_headers: float | None,
+def durations(elapsed: float, queue_wait: float | None, load_wait: float | None,
               ttft: float | None) -> Durations:
-    """Seconds since arrival (now), in the queue, from admission to the upstream's headers, and
-    from arrival to the first token (None: none yet) -> Ollama's four durations in nanoseconds."""
-    load = (queue_wait or 0.0) + (upstream_headers or 0.0)
-    load = min(load, elapsed)
-    first = min(max(ttft, load), elapsed) if ttft is not None else load
+    """Seconds since arrival (now), waiting for a slot, of that waiting for the model's server to
+    start (a managed backend, lifecycle/), and from arrival to the first token (None: none) ->
+    Ollama's four durations in nanoseconds: load is the server's start, prompt_eval from the slot
+    to the first token (the prefill), eval from the first token on. Without a first token (a
+    whole answer from a backend that answers whole, whose headers come with its last byte) the
+    split is not known and all of it after the slot is eval: a client's eval_count / eval_duration
+    is then the answer's real rate, never a division by zero."""
+    admitted = min(queue_wait or 0.0, elapsed)
+    load = min(load_wait or 0.0, admitted)
+    first = min(max(ttft, admitted), elapsed) if ttft is not None else admitted
     ns = 1_000_000_000
-    return Durations(int(elapsed * ns), int(load * ns), int((first - load) * ns), int((elapsed - first) * ns))
+    return Durations(int(elapsed * ns), int(load * ns), int((first - admitted) * ns), int((elapsed - first) * ns))
 
 
 def _wall_clock() -> Callable[[], str]:

@@ -209,14 +209,18 @@ def test_whole_generate_answer_and_failure():
 
 
 def test_durations_from_the_record():
-    d = durations(elapsed=2.0, queue_wait=0.25, upstream_headers=0.25, ttft=1.0)
-    assert d == Durations(2_000_000_000, 500_000_000, 500_000_000, 1_000_000_000)
-    d = durations(elapsed=1.0, queue_wait=None, upstream_headers=None, ttft=None)
+    # 0.25 s for a slot, 0.125 s of it for the server to start, first token at 1 s
+    d = durations(elapsed=2.0, queue_wait=0.25, load_wait=0.125, ttft=1.0)
+    assert d == Durations(2_000_000_000, 125_000_000, 750_000_000, 1_000_000_000)
+    d = durations(elapsed=1.0, queue_wait=None, load_wait=None, ttft=None)
     assert d.load == 0 and d.prompt_eval == 0 and d.eval == 1_000_000_000
     assert d.total == d.load + d.prompt_eval + d.eval
-    # a first token the record dates before the upstream's headers (clock skew): never negative
-    d = durations(elapsed=1.0, queue_wait=0.6, upstream_headers=0.2, ttft=0.5)
-    assert min(d.load, d.prompt_eval, d.eval) >= 0
+    # a whole answer (no first token): everything after the slot is eval, never 0
+    d = durations(elapsed=1.0, queue_wait=0.25, load_wait=0.0, ttft=None)
+    assert (d.load, d.prompt_eval, d.eval) == (0, 0, 750_000_000)
+    # a first token the record dates before the slot (clock skew): never negative
+    d = durations(elapsed=1.0, queue_wait=0.6, load_wait=0.9, ttft=0.5)
+    assert min(d.load, d.prompt_eval, d.eval) >= 0 and d.load <= 600_000_000
 
 
 def test_wall_clock_is_rfc3339_with_nanoseconds():
