@@ -170,17 +170,21 @@ def test_an_agent_turn_runs_the_shell_tool_through_the_gateway(gemini_cli, stack
         assert any(p.get("thoughtSignature") for c in sent if c["role"] == "model" for p in c["parts"]), sent
 
 
-def test_a_broken_stream_ends_gemini_with_an_error_not_a_hang(gemini_cli, stack, tmp_path):
+@pytest.mark.parametrize("directive, says", [
+    ("fail_after=3", "the backend closed the connection mid-stream"),  # the connection dropped
+    ("error_after=3", "Internal server error"),  # vLLM's in-band error frame, its own words
+], ids=["dropped", "in_band_error"])
+def test_a_broken_stream_ends_gemini_with_an_error_not_a_hang(gemini_cli, stack, tmp_path, directive, says):
     gw, proxy = stack["gw"], stack["proxy"]
     proxy.exchanges.clear()
     before = len([r for r in gw.access_log() if r["dialect"] == "gemini"])
     gemini_home(tmp_path)
     done, seconds = run_gemini(gemini_cli, tmp_path, proxy.url + "/llm", "-m", "gemini-2.5-pro", "-p",
-                               "Say something long. [stub reasoning=0 content=50 fail_after=3]")
+                               f"Say something long. [stub reasoning=0 content=50 {directive}]")
     why = _why(done, seconds, proxy)
     assert done.returncode != 0, why
     # the gateway's own words reach the user (the error line arrived in a read of its own)
-    assert "the backend closed the connection mid-stream" in done.stderr + done.stdout, why
+    assert says in done.stderr + done.stdout, why
     # every attempt was a stream the gateway ended with the error line; Gemini CLI retried a
     # broken stream at most 3 times (its mid-stream limit), then gave up
     assert 1 <= len(proxy.exchanges) <= 4 and all(x.status == 200 for x in proxy.exchanges), why

@@ -242,6 +242,7 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
     return await ex.whole(read)  # a backend that breaks off mid-way fails over: nothing went out
 
 
+_UpstreamError = c.UpstreamError
 _COUNT_WAIT_S = 2.0  # at the end of an answer the prompt count has long arrived; if not, no figure
 
 
@@ -262,7 +263,17 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
     feed = enc.feed
     fold = UsageFold(t, ex)
     try:
+        pause = turn.failure_pause_s
         async for events in stream_events(upstream, ex, matcher, fold):
+            if pause and _UpstreamError in map(type, events):
+                # an error the upstream sent in-band: what came before it goes out first, then
+                # the failure in a network read of its own (Turn.failure_pause_s says why)
+                i = [type(ev) for ev in events].index(_UpstreamError)
+                head = b"".join([feed(ev) for ev in events[:i]])
+                if head:
+                    await ex.send(out, head)
+                await asyncio.sleep(pause)
+                events = events[i:]
             data = b"".join([feed(ev) for ev in events])
             if data:
                 await ex.send(out, data)
