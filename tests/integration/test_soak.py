@@ -77,10 +77,20 @@ async def _one(session: aiohttp.ClientSession, url: str, rng: random.Random, tal
         path, body = "/messages", {"model": "m", "stream": stream, "max_tokens": 256, "messages": messages}
     vanish_after = rng.uniform(0.0, 0.15) if rng.random() < 0.15 else None
     try:
-        async with asyncio.timeout(vanish_after):
-            async with session.post(url + path, json=body) as resp:
-                raw = await resp.read()
-                status, ctype = resp.status, resp.headers.get("content-type", "")
+        for attempt in range(4):
+            async with asyncio.timeout(vanish_after):
+                async with session.post(url + path, json=body) as resp:
+                    raw = await resp.read()
+                    status, ctype = resp.status, resp.headers.get("content-type", "")
+                    retry_after = resp.headers.get("retry-after")
+            # Two connections the stub dropped in a row mark the one backend down (passive health)
+            # until its re-probe a moment later; its 503s say when to come back, and a client that
+            # listens, as the SDKs do, is answered then. Without it, refusals that cost nothing
+            # would use up the soak's request budget within that moment.
+            if status != 503 or retry_after is None or attempt == 3:
+                break
+            tally["retried"] += 1
+            await asyncio.sleep(min(float(retry_after), 2.0))
     except TimeoutError:
         tally["abandoned"] += 1  # the client went away: no answer owed
         return
@@ -97,7 +107,7 @@ def test_soak_leaves_nothing_held():
             {"m": {"backend": "b"}},
         )
         with Gateway(cfg) as gw:
-            tally = {"ok": 0, "error": 0, "abandoned": 0}
+            tally = {"ok": 0, "error": 0, "abandoned": 0, "retried": 0}
             rng = random.Random(20261129)
 
             async def main():
@@ -115,7 +125,7 @@ def test_soak_leaves_nothing_held():
                     await asyncio.gather(*(guarded(i) for i in range(N)))
 
             asyncio.run(main())
-            done = sum(tally.values())
+            done = tally["ok"] + tally["error"] + tally["abandoned"]
             assert done >= min(N, 500), tally
             assert tally["ok"] > done / 2 and tally["error"] > 0 and tally["abandoned"] > 0, tally
 
@@ -125,5 +135,5 @@ def test_soak_leaves_nothing_held():
             assert stub.stats()["max_in_flight"] <= 4
             outcomes = [r["outcome"] for r in gw.access_log()]
             # a client that vanished before its request was read never reached a handler
-            assert done - tally["abandoned"] <= len(outcomes) <= done
+            assert done - tally["abandoned"] <= len(outcomes) <= done + tally["retried"]
             assert not [o for o in outcomes if o.startswith("error_api_error")], "a 500 from the gateway itself"
