@@ -18,10 +18,9 @@ from ... import canonical as c
 from ...errors import GatewayError
 from ...request.exchange import Exchange
 from ...request.tracker import Tracked
-from ...upstream.chat_body import build_body
-from ...upstream.prompt_count import count_prompt
 from ..body import decode_object
 from ..context import Gateway
+from ..count_tokens import prompt_tokens
 from ..skeleton import Inbound, StreamEncoder, Turn, answer, exchange, inbound
 from .request import parse_request
 from .response import MessageAssembler, new_message_id
@@ -95,31 +94,15 @@ async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamR
 
 
 async def count_tokens(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
-    """A real count from the backend's tokenizer (vLLM, llama.cpp: chat template and tools
-    included, upstream/prompt_count.py); other backends have no tokenizer endpoint, so the answer there is
-    an estimate (README: count_tokens)."""
-    body = await gw.read_body(request)
+    """The prompt's size from the backend's tokenizer, else an estimate (surfaces/count_tokens.py;
+    README: count_tokens)."""
 
     def parse(b: bytes) -> c.Request:
         raw = decode_object(b)
         raw.setdefault("max_tokens", 1)  # count_tokens takes no max_tokens; the parser wants one
         return parse_request(msgspec.json.encode(raw), signer=gw.signer)
 
-    req = await gw.parse(body, parse)
-    t.model = req.model
-    route = gw.router.resolve(req.model)
-    gw.auth.admit(request, route, "anthropic")
-    backend = route.choose()
-    t.backend = backend.name
-    chat = msgspec.json.decode(
-        build_body(req, upstream_model=route.upstream_model, backend=backend.cfg, stream=False, max_tokens=None,
-                   system_turns=route.system_turns)
-    )
-    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, chat)
-    if count is None:
-        # No tokenizer endpoint: about four bytes of chat text per token.
-        count = max(1, len(msgspec.json.encode(chat["messages"])) // 4)
-    t.tokens_in = count
+    count = await prompt_tokens(request, gw, t, "anthropic", parse)
     return web.Response(
         body=msgspec.json.encode({"input_tokens": count}),
         content_type="application/json",

@@ -31,9 +31,8 @@ from ...policy import limits
 from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
-from ...upstream.chat_body import build_body
-from ...upstream.prompt_count import count_prompt
 from ..context import Gateway
+from ..count_tokens import prompt_tokens
 from ..embeddings import embed, vectors_of
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
 from .fields import invalid
@@ -136,22 +135,9 @@ def _json(gw: Gateway, t: Tracked, doc: Any) -> web.Response:
 
 
 async def _count_tokens(request: web.Request, gw: Gateway, t: Tracked, model: str) -> web.Response:
-    """The backend's own count (vLLM, llama.cpp: chat template and tools included); backends with
-    no tokenizer endpoint get an estimate, about four bytes of chat text per token."""
-    body = await gw.read_body(request)
-    req = await gw.parse(body, lambda b: request_from(count_request(parse_body(b)), model=model, stream=False,
-                                                       signer=gw.signer))
-    t.model = req.model
-    route = gw.router.resolve(req.model)
-    gw.auth.admit(request, route, DIALECT)
-    backend = route.choose()
-    t.backend = backend.name
-    chat = msgspec.json.decode(build_body(req, upstream_model=route.upstream_model, backend=backend.cfg,
-                                          stream=False, max_tokens=None, system_turns=route.system_turns))
-    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, chat)
-    if count is None:
-        count = max(1, len(_encode(chat["messages"])) // 4)
-    t.tokens_in = count
+    """The backend's own count, else an estimate (surfaces/count_tokens.py)."""
+    count = await prompt_tokens(request, gw, t, DIALECT, lambda b: request_from(
+        count_request(parse_body(b)), model=model, stream=False, signer=gw.signer))
     return _json(gw, t, {"totalTokens": count})
 
 
