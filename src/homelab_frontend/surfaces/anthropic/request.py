@@ -94,6 +94,7 @@ import msgspec
 
 from ... import canonical as c
 from ...errors import GatewayError
+from ..fields import invalid as _invalid
 from ..signature import ThinkingSigner
 
 __all__ = ["parse_request"]
@@ -228,11 +229,6 @@ _DECODER = msgspec.json.Decoder(_WRequest)
 # ---------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------
-
-
-def _invalid(path: str | None, detail: str) -> GatewayError:
-    message = f"{path}: {detail}" if path else detail
-    return GatewayError("invalid_request", message, param=path or None)
 
 
 _TYPE_WORDS = {

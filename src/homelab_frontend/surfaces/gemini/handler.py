@@ -34,8 +34,8 @@ from ...request.tracker import Tracked
 from ..context import Gateway
 from ..count_tokens import prompt_tokens
 from ..embeddings import embed, vectors_of
+from ..fields import invalid
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
-from .fields import invalid
 from .models import count_request, embed_inputs, model_entry, model_name
 from .request import parse_body, parse_request, request_from
 from .response import ResponseAssembler

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import GatewayError
-from .fields import as_list as _list, as_obj as _obj, get as _get, invalid as _invalid
+from ..fields import as_list as _list, as_obj as _obj, invalid as _invalid
+from .fields import get as _get
 
 GENERATION_METHODS = ["generateContent", "streamGenerateContent", "countTokens"]
 EMBEDDING_METHODS = ["embedContent", "batchEmbedContents"]

@@ -82,8 +82,10 @@ from typing import Any
 import msgspec
 
 from ... import canonical as c
+from ..fields import as_list as _list, as_obj as _obj, integer as _integer, invalid as _invalid, kind_of as _kind, \
+    number as _number
 from ..signature import ThinkingSigner
-from .fields import as_list as _list, as_obj as _obj, get as _get, invalid as _invalid, kind_of as _kind
+from .fields import get as _get
 from .rules import reasoning_from
 from .schema import to_json_schema
 
@@ -539,22 +541,3 @@ def _response_text(response: dict | None) -> str:
         if key == "error" and isinstance(value, str):
             return _TOOL_ERROR_PREFIX + value
     return _encode(response).decode()
-
-
-def _number(value: Any, path: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _invalid(path, f"expected a number, got {_kind(value)}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise _invalid(path, "must be a finite number")
-    return value
-
-
-def _integer(value: Any, path: str) -> int | None:
-    v = _number(value, path)
-    if v is None:
-        return None
-    if v != int(v):
-        raise _invalid(path, f"expected an integer, got {v}")
-    return int(v)

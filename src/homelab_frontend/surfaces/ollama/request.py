@@ -68,8 +68,8 @@ from typing import Any, Literal
 import msgspec
 
 from ... import canonical as c
-from ...errors import GatewayError
 from ..body import decode_object
+from ..fields import boolean as _bool, integer, invalid as _bad, kind_of as _kind, number, string as _str
 
 __all__ = ["Call", "parse_chat", "parse_generate"]
 
@@ -89,58 +89,6 @@ class Call(msgspec.Struct):
     @property
     def unload(self) -> bool:
         return self.keep_alive is not None and keep_alive_seconds(self.keep_alive) == 0
-
-
-def _bad(path: str, detail: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{path}: {detail}" if path else detail, param=path or None)
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "a list"
-    return "an object"
-
-
-def _str(raw: dict, key: str, path: str, *, required: bool = False) -> str | None:
-    v = raw.get(key)
-    if v is None:
-        if required:
-            raise _bad(path, "required string field is missing")
-        return None
-    if not isinstance(v, str):
-        raise _bad(path, f"expected a string, got {_kind(v)}")
-    return v
-
-
-def _bool(raw: dict, key: str, path: str) -> bool | None:
-    v = raw.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, bool):
-        raise _bad(path, f"expected true or false, got {_kind(v)}")
-    return v
-
-
-def _number(v: Any, path: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _bad(path, f"expected a number, got {_kind(v)}")
-    return float(v)
-
-
-def _int(v: Any, path: str) -> int:
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(path, f"expected an integer, got {_kind(v)}")
-    return v
 
 
 _SNIFF = (
@@ -334,7 +282,7 @@ def _options(v: Any, req: c.Request) -> None:
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "min_p"):
         if v.get(key) is None:
             continue
-        value = _number(v[key], f"options.{key}")
+        value = float(number(v[key], f"options.{key}"))  # not None: checked above
         if key == "temperature":
             if value < 0:
                 raise _bad("options.temperature", f"must be at least 0, got {v[key]}")
@@ -346,14 +294,14 @@ def _options(v: Any, req: c.Request) -> None:
         else:
             req.extra[key] = v[key]
     if v.get("top_k") is not None:
-        top_k = _int(v["top_k"], "options.top_k")
+        top_k = integer(v["top_k"], "options.top_k")
         if top_k < 0:
             raise _bad("options.top_k", f"must be at least 0, got {top_k}")
         req.top_k = top_k
     if v.get("seed") is not None:
-        req.extra["seed"] = _int(v["seed"], "options.seed")
+        req.extra["seed"] = integer(v["seed"], "options.seed")
     if v.get("num_predict") is not None:
-        n = _int(v["num_predict"], "options.num_predict")
+        n = integer(v["num_predict"], "options.num_predict")
         if n in (-1, -2):
             req.max_tokens = None
         elif n < 1:

@@ -13,8 +13,8 @@ from typing import Any, Union
 import msgspec
 
 from ... import canonical as c
-from ...errors import GatewayError
 from ..body import decode_object
+from ..fields import invalid as _bad
 
 # Passed on untouched when the client sends them: all are understood by vLLM, Ollama (most) and
 # llama.cpp, and none changes what the gateway must do with the answer.
@@ -96,10 +96,6 @@ def _path(err: msgspec.ValidationError) -> tuple[str, str]:
     if missing:
         return (f"{path}.{missing.group(1)}" if path else missing.group(1)), "required field is missing"
     return path, text
-
-
-def _bad(param: str, message: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{param}: {message}" if param else message, param=param or None)
 
 
 def _parts(content: Any, where: str) -> list[c.Part]:

@@ -58,8 +58,8 @@ from typing import Any
 import msgspec
 
 from ... import canonical as c
-from ...errors import GatewayError
 from ..body import decode_object
+from ..fields import invalid as _bad, kind_of as _kind, number, string as _str
 from .items import reasoning_text
 from .sealed import ReasoningSealer
 
@@ -125,35 +125,11 @@ class ParsedRequest(msgspec.Struct):
         )
 
 
-def _bad(path: str, message: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{path}: {message}", param=path)
-
-
-def _type_name(v: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
-
-
-def _str(raw: dict, key: str, path: str, *, required: bool = False) -> str | None:
-    v = raw.get(key)
-    if v is None:
-        if required:
-            raise _bad(path, "required field is missing")
-        return None
-    if not isinstance(v, str):
-        raise _bad(path, f"expected a string, got {_type_name(v)}")
-    return v
-
-
-def _number(raw: dict, key: str, lo: float | None = None, hi: float | None = None) -> float | None:
-    v = raw.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _bad(key, f"expected a number, got {_type_name(v)}")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
+def _between(raw: dict, key: str, lo: float, hi: float) -> float | None:
+    v = number(raw.get(key), key)
+    if v is not None and not lo <= v <= hi:
         raise _bad(key, f"must be between {lo:g} and {hi:g}, got {v}")
-    return float(v)
+    return None if v is None else float(v)
 
 
 # -- tools ------------------------------------------------------------------------------------
@@ -165,7 +141,7 @@ def _function_tool(t: dict, path: str) -> c.Tool:
         raise _bad(f"{path}.name", "must not be empty")
     params = t.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise _bad(f"{path}.parameters", f"expected a JSON schema object, got {_type_name(params)}")
+        raise _bad(f"{path}.parameters", f"expected a JSON schema object, got {_kind(params)}")
     desc = t.get("description")
     return c.Tool(name, desc if isinstance(desc, str) else None, params or {})
 
@@ -174,13 +150,13 @@ def _tools(raw: Any) -> tuple[list[c.Tool], dict[str, tuple[str | None, str]]]:
     if raw is None:
         return [], {}
     if not isinstance(raw, list):
-        raise _bad("tools", f"expected an array of tools, got {_type_name(raw)}")
+        raise _bad("tools", f"expected an array of tools, got {_kind(raw)}")
     flat: list[c.Tool] = []
     grouped: list[tuple[str, c.Tool]] = []
     for i, t in enumerate(raw):
         path = f"tools[{i}]"
         if not isinstance(t, dict):
-            raise _bad(path, f"expected a tool object, got {_type_name(t)}")
+            raise _bad(path, f"expected a tool object, got {_kind(t)}")
         kind = t.get("type")
         if kind == "function":
             flat.append(_function_tool(t, path))
@@ -229,7 +205,7 @@ def _tool_choice(raw: Any, names: dict) -> c.ToolChoice | None:
             raise _bad("tool_choice", f"expected auto, none, required or a tool, got {raw!r}")
         return c.ToolChoice(raw)  # type: ignore[arg-type]
     if not isinstance(raw, dict):
-        raise _bad("tool_choice", f"expected a string or an object, got {_type_name(raw)}")
+        raise _bad("tool_choice", f"expected a string or an object, got {_kind(raw)}")
     kind = raw.get("type")
     if kind == "function":
         name = _str(raw, "name", "tool_choice.name", required=True)
@@ -250,7 +226,7 @@ def _text_of(content: Any, path: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _bad(path, f"expected a string or an array of parts, got {_type_name(content)}")
+        raise _bad(path, f"expected a string or an array of parts, got {_kind(content)}")
     texts = []
     for j, p in enumerate(content):
         if isinstance(p, dict) and p.get("type") in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
@@ -267,12 +243,12 @@ def _parts(content: Any, path: str) -> list[c.Part]:
     if isinstance(content, str):
         return [c.TextPart(content)]
     if not isinstance(content, list):
-        raise _bad(path, f"expected a string or an array of content parts, got {_type_name(content)}")
+        raise _bad(path, f"expected a string or an array of content parts, got {_kind(content)}")
     parts: list[c.Part] = []
     for j, p in enumerate(content):
         where = f"{path}[{j}]"
         if not isinstance(p, dict):
-            raise _bad(where, f"expected a content part object, got {_type_name(p)}")
+            raise _bad(where, f"expected a content part object, got {_kind(p)}")
         kind = p.get("type")
         if kind in ("input_text", "output_text", "text"):
             parts.append(c.TextPart(_str(p, "text", f"{where}.text", required=True)))
@@ -310,14 +286,14 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer, resolved: dict[str
         items.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw}]})
         return [c.Message("user", [c.TextPart(raw)])]
     if not isinstance(raw, list):
-        raise _bad("input", f"expected a string or an array of items, got {_type_name(raw)}")
+        raise _bad("input", f"expected a string or an array of items, got {_kind(raw)}")
     out: list[c.Message] = []
     reasoning: list[str] = []
     open_turn = False  # the last message is an assistant turn that calls may still join
     for i, item in enumerate(raw):
         path = f"input[{i}]"
         if not isinstance(item, dict):
-            raise _bad(path, f"expected an item object, got {_type_name(item)}")
+            raise _bad(path, f"expected an item object, got {_kind(item)}")
         kind = item.get("type", "message" if "role" in item else None)
         if not isinstance(kind, str):
             raise _bad(f"{path}.type", "required string field is missing")
@@ -386,12 +362,12 @@ def _text_format(raw: Any) -> dict | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise _bad("text", f"expected an object, got {_type_name(raw)}")
+        raise _bad("text", f"expected an object, got {_kind(raw)}")
     fmt = raw.get("format")
     if fmt is None:
         return None
     if not isinstance(fmt, dict):
-        raise _bad("text.format", f"expected an object, got {_type_name(fmt)}")
+        raise _bad("text.format", f"expected an object, got {_kind(fmt)}")
     kind = fmt.get("type")
     if kind == "text":
         return None
@@ -419,19 +395,19 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer, resolved: dict[str, d
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise _bad("stream", f"expected a boolean, got {_type_name(stream)}")
+        raise _bad("stream", f"expected a boolean, got {_kind(stream)}")
     store = raw.get("store", True)
     if store is None:
         store = True
     if not isinstance(store, bool):
-        raise _bad("store", f"expected a boolean, got {_type_name(store)}")
+        raise _bad("store", f"expected a boolean, got {_kind(store)}")
     include = raw.get("include") or []
     if not isinstance(include, list):
-        raise _bad("include", f"expected an array of strings, got {_type_name(include)}")
+        raise _bad("include", f"expected an array of strings, got {_kind(include)}")
     prev = _str(raw, "previous_response_id", "previous_response_id")
     instructions = raw.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise _bad("instructions", f"expected a string, got {_type_name(instructions)}")
+        raise _bad("instructions", f"expected a string, got {_kind(instructions)}")
     tools, names = _tools(raw.get("tools"))
     if "input" not in raw:
         raise _bad("input", "required field is missing")
@@ -441,11 +417,11 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer, resolved: dict[str, d
     tool_choice = _tool_choice(raw.get("tool_choice"), names)
     ptc = raw.get("parallel_tool_calls")
     if ptc is not None and not isinstance(ptc, bool):
-        raise _bad("parallel_tool_calls", f"expected a boolean, got {_type_name(ptc)}")
+        raise _bad("parallel_tool_calls", f"expected a boolean, got {_kind(ptc)}")
     mot = raw.get("max_output_tokens")
     if mot is not None:
         if isinstance(mot, bool) or not isinstance(mot, int):
-            raise _bad("max_output_tokens", f"expected an integer, got {_type_name(mot)}")
+            raise _bad("max_output_tokens", f"expected an integer, got {_kind(mot)}")
         if mot < 1:
             raise _bad("max_output_tokens", f"must be at least 1, got {mot}")
     effort, enabled, summary = None, None, False
@@ -477,8 +453,8 @@ def parse_request(body: bytes, *, sealer: ReasoningSealer, resolved: dict[str, d
         tool_choice=tool_choice if tools else None,
         parallel_tool_calls=ptc if tools else None,
         max_output_tokens=mot,
-        temperature=_number(raw, "temperature", 0, 2),
-        top_p=_number(raw, "top_p", 0, 1),
+        temperature=_between(raw, "temperature", 0, 2),
+        top_p=_between(raw, "top_p", 0, 1),
         reasoning_effort=effort,
         reasoning_enabled=enabled,
         user=user if isinstance(user, str) else None,
