@@ -8,7 +8,9 @@ means the same thing to our client as it meant to us (kind `timeout` is always 5
     400, 422      -> 400  the request was refused as invalid (e.g. context length exceeded)
     404, 413, 429 -> kept (model unknown upstream, request too large, upstream rate limit)
     408           -> 504  the upstream timed out
-    5xx           -> kept (503/529 are rendered as "overloaded", 504 as a timeout)
+    5xx           -> kept (503 is rendered as "overloaded", 504 as a timeout); 529, Anthropic's
+                     "overloaded", only for the dialect that has it (`keep_529`): every other
+                     dialect's clients know 503 for that
     401, 403, any other status -> 502: the gateway's own credentials or wiring toward its
                      backend failed. Passing a 401 on would tell the *client* its key is bad (Claude
                      Code would ask the user to log in again).
@@ -24,7 +26,7 @@ UPSTREAM_KINDS = frozenset({"upstream_unreachable", "upstream_error", "upstream_
                             "timeout"})
 
 
-def upstream_client_status(err: GatewayError) -> int:
+def upstream_client_status(err: GatewayError, *, keep_529: bool = False) -> int:
     """The status to show the client for an error of one of the UPSTREAM_KINDS."""
     s = err.status
     if err.kind == "timeout":
@@ -35,6 +37,8 @@ def upstream_client_status(err: GatewayError) -> int:
         return s
     if s == 408:
         return 504
+    if s == 529 and not keep_529:
+        return 503
     if 500 <= s <= 599:
         return s
     return 502

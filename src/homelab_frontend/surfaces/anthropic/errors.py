@@ -63,7 +63,7 @@ _BY_STATUS: dict[int, str] = {
 def error_type_for(err: GatewayError) -> tuple[int, str]:
     """(HTTP status, Anthropic `error.type`) for a GatewayError."""
     if err.kind in UPSTREAM_KINDS:
-        status = upstream_client_status(err)
+        status = upstream_client_status(err, keep_529=True)
         return status, _BY_STATUS.get(status, "api_error")
     return _BY_KIND.get(err.kind, (500, "api_error"))
 

@@ -68,8 +68,6 @@ def status_for(err: GatewayError) -> tuple[int, str]:
     """(HTTP status, Google status name) for a GatewayError."""
     if err.kind in UPSTREAM_KINDS:
         status = upstream_client_status(err)
-        if status == 529:
-            status = 503
         return status, _BY_STATUS.get(status, "INTERNAL")
     if err.kind == "overloaded" and err.status == 503:
         return 503, "UNAVAILABLE"

@@ -51,7 +51,6 @@ def model_not_found(model: str, available: list[str]) -> GatewayError:
 def render_error(err: GatewayError) -> tuple[int, bytes, dict[str, str]]:
     if err.kind in UPSTREAM_KINDS:
         status = upstream_client_status(err)
-        status = 503 if status == 529 else status
     else:
         status = _BY_KIND.get(err.kind, 500)
     message = str(err.message) if err.message else "error"
