@@ -193,6 +193,12 @@ class Route:
             self.upstream_model
         )
 
+    def smallest_context(self) -> int | None:
+        """The context every backend of the route can hold: the smallest one known (what a model
+        listing tells a client it may use), None when no backend says."""
+        known = [n for n in (self.context_length(b) for b in self.backends) if n]
+        return min(known) if known else None
+
 
 class Router:
     def __init__(self, cfg: cfgmod.Config, backends: dict[str, BackendState]) -> None:

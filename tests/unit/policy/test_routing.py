@@ -88,6 +88,17 @@ def test_context_length_from_model_then_backend_then_probe():
     assert big.context_length(big.backends[1]) is None
 
 
+def test_smallest_context_is_the_least_any_backend_holds():
+    r = _router()
+    big = r.resolve("big")
+    assert big.smallest_context() is None  # no backend says
+    big.backends[0].model_lens["org/big"] = 32768
+    assert big.smallest_context() == 32768  # one unknown is no limit
+    big.backends[1].model_lens["org/big"] = 8192
+    assert big.smallest_context() == 8192
+    assert r.resolve("small").smallest_context() == 4096
+
+
 def test_the_memo_is_bounded():
     r = _router()
     for i in range(5000):

@@ -183,8 +183,7 @@ def _entry(gw: Gateway, request: web.Request, name: str) -> dict | None:
     route = gw.router.resolve(name)
     if not gw.auth.may_use(request, route):
         return None
-    known = [n for n in (route.context_length(b) for b in route.backends) if n]
-    return model_entry(name, route.model, min(known) if known else None)
+    return model_entry(name, route.model, route.smallest_context())
 
 
 async def list_models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:

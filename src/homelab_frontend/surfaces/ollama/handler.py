@@ -94,11 +94,6 @@ def _usable(request: web.Request, gw: Gateway) -> list[tuple[str, Route]]:
     return out
 
 
-def _context_length(route: Route) -> int | None:
-    known = [n for n in (route.context_length(b) for b in route.backends) if n]
-    return min(known) if known else None
-
-
 async def tags(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     gw.auth.admit(request, None, "ollama")
     now = wall_clock()
@@ -110,7 +105,7 @@ async def ps(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     backend that is up, lifecycle/)."""
     gw.auth.admit(request, None, "ollama")
     fleet = gw.fleet
-    running = [names.ps_entry(name, _context_length(route)) for name, route in _usable(request, gw)
+    running = [names.ps_entry(name, route.smallest_context()) for name, route in _usable(request, gw)
                if any(b.pool.in_use or (fleet.managed(b.name) and fleet.ready(b.name)) for b in route.backends)]
     return _json({"models": running}, gw, t)
 
@@ -141,7 +136,7 @@ async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     route = resolve(gw, name)
     gw.auth.admit(request, route, "ollama")
     facts = names.merge_facts(await _backend_facts(gw, route), gw.cfg.models[route.model].capabilities)
-    return _json(names.show_document(name, facts, _context_length(route), wall_clock()), gw, t)
+    return _json(names.show_document(name, facts, route.smallest_context(), wall_clock()), gw, t)
 
 
 async def unmanaged(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:

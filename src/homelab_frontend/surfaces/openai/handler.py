@@ -243,10 +243,9 @@ async def models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
         route = gw.router.resolve(name)
         if not gw.auth.may_use(request, route):
             continue  # a key sees only the models it may use
-        lens = [route.context_length(b) for b in route.backends]
-        known = [n for n in lens if n]
-        if known:
-            entry["max_model_len"] = min(known)
+        context = route.smallest_context()
+        if context:
+            entry["max_model_len"] = context
         data.append(entry)
     t.end(DONE, override=True)
     return web.Response(
