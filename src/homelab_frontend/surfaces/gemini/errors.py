@@ -35,7 +35,7 @@ import msgspec
 from ...errors import GatewayError
 from ..error_status import UPSTREAM_KINDS, retry_after_headers, upstream_client_status
 
-__all__ = ["render_error", "status_for", "error_body"]
+__all__ = ["HTTP_STATUS", "render_error", "status_for", "error_body"]
 
 _BY_KIND: dict[str, tuple[int, str]] = {
     "invalid_request": (400, "INVALID_ARGUMENT"),
@@ -49,18 +49,24 @@ _BY_KIND: dict[str, tuple[int, str]] = {
     "api_error": (500, "INTERNAL"),
 }
 
-_BY_STATUS: dict[int, str] = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
+# google.rpc.Code name -> the HTTP status Google sends it with: the one table of both directions
+HTTP_STATUS: dict[str, int] = {
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499,
+    "INTERNAL": 500,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+
+# and back, for an upstream's status, with the two Google has no code of its own for
+_BY_STATUS: dict[int, str] = {code: name for name, code in HTTP_STATUS.items()} | {
     413: "INVALID_ARGUMENT",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    501: "UNIMPLEMENTED",
     502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
 }
 
 

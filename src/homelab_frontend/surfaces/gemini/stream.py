@@ -52,6 +52,7 @@ import msgspec
 
 from ... import canonical as c
 from ..signature import ThinkingSigner
+from .errors import HTTP_STATUS
 from .parts import CALL, TEXT, THOUGHT, PartMachine, part_json
 from .rules import escape_separators, finish_reason, new_call_id, usage_metadata
 
@@ -148,7 +149,7 @@ class GeminiStreamEncoder:
         """`status`: a google.rpc.Code name (INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, ...)."""
         if self.state is ENDED:
             return b""
-        code = _CODES.get(status, 500)
+        code = HTTP_STATUS.get(status, 500)
         line = escape_separators(_encode({"error": {"code": code, "message": message, "status": status}}))
         if self._framing == "array":
             out = (b"[" if self.state is IDLE else b",\r\n") + line
@@ -194,8 +195,6 @@ _STATUS_OF_KIND: dict[str, str] = {
     "overloaded_error": "UNAVAILABLE",
     "timeout_error": "DEADLINE_EXCEEDED",
 }
-_CODES: dict[str, int] = {"INVALID_ARGUMENT": 400, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499,
-                          "INTERNAL": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
 
 
 def midstream_status(kind: str) -> str:

@@ -56,3 +56,15 @@ def test_a_field_error_carries_a_bad_request_detail():
     assert detail["fieldViolations"][0]["field"] == "generationConfig.topK"
     _, body, _ = render_error(GatewayError("not_found", "no"))
     assert "details" not in json.loads(body)["error"]
+
+
+def test_one_status_table_both_ways():
+    """The stream's error line and the HTTP error read the same google.rpc.Code <-> HTTP table."""
+    from homelab_frontend.surfaces.gemini.errors import HTTP_STATUS, _BY_STATUS
+    from homelab_frontend.surfaces.gemini.stream import GeminiStreamEncoder
+    from homelab_frontend.surfaces.signature import ThinkingSigner
+
+    for name, code in HTTP_STATUS.items():
+        assert _BY_STATUS[code] == name
+        enc = GeminiStreamEncoder(model="m", response_id="r", signer=ThinkingSigner(b"k" * 32), include_thoughts=False)
+        assert json.loads(enc.fail(name, "x"))["error"]["code"] == code
