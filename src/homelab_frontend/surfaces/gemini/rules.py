@@ -28,9 +28,8 @@ thoughtSignature
     on the way out, so only a valid base64 text comes back byte for byte. `reasoning_from` opens
     it; a forged, foreign (Google's own) or altered signature yields None and is dropped.
 Escaping
-    msgspec writes U+2028 and U+2029 raw; both SDKs' line readers split on them, so every frame
-    goes through `escape_separators` (they can only occur inside JSON strings, where `\\u2028` is
-    the same text).
+    every frame goes through surfaces/one_line.py (U+0085, U+2028, U+2029 escaped: line readers
+    of both SDKs' generations split on them).
 """
 
 from __future__ import annotations
@@ -100,8 +99,3 @@ def reasoning_from(signer: ThinkingSigner, signature: Any) -> str | None:
         return None
     return signer.unseal(sealed)
 
-
-def escape_separators(frame: bytes) -> bytes:
-    if b"\xe2\x80" not in frame:  # the common case: one scan, nothing to do
-        return frame
-    return frame.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")

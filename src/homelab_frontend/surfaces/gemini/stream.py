@@ -22,8 +22,8 @@ Framing
 `sse` (`?alt=sse`, what both SDKs and Gemini CLI ask for): `data: <json>\\r\\n\\r\\n` per chunk, as
 Google frames them; no `event:` lines, no comments, no keep-alive frames, no `[DONE]` (both SDKs
 fail on those). `array` (no `alt=sse`, Google's default for REST): one JSON array, written as it
-grows: `[` + chunk, `,\\r\\n` + chunk, ..., `]`. U+2028 / U+2029 are escaped in every chunk
-(rules.escape_separators).
+grows: `[` + chunk, `,\\r\\n` + chunk, ..., `]`. U+0085, U+2028 and U+2029 are escaped in every
+chunk (surfaces/one_line.py).
 
 A failure after the first byte
 ------------------------------
@@ -51,10 +51,11 @@ from typing import Callable, Literal
 import msgspec
 
 from ... import canonical as c
+from ..one_line import one_line
 from ..signature import ThinkingSigner
 from .errors import HTTP_STATUS
 from .parts import CALL, TEXT, THOUGHT, PartMachine, part_json
-from .rules import escape_separators, finish_reason, new_call_id, usage_metadata
+from .rules import finish_reason, new_call_id, usage_metadata
 
 _encode = msgspec.json.Encoder().encode
 _TextDelta = c.TextDelta
@@ -86,7 +87,7 @@ class GeminiStreamEncoder:
         else:
             self._lead, self._next_lead, self._trail = b"[", b",\r\n", b""
         # the hot path (one chunk per streamed token) is a fixed head, the text, a fixed tail
-        tail = escape_separators(b',"index":0}],"modelVersion":' + _encode(model) + b',"responseId":'
+        tail = one_line(b',"index":0}],"modelVersion":' + _encode(model) + b',"responseId":'
                                  + _encode(response_id) + b"}") + self._trail
         self._text_head = b'{"candidates":[{"content":{"parts":[{"text":'
         self._text_tail = b'}],"role":"model"}' + tail
@@ -150,7 +151,7 @@ class GeminiStreamEncoder:
         if self.state is ENDED:
             return b""
         code = HTTP_STATUS.get(status, 500)
-        line = escape_separators(_encode({"error": {"code": code, "message": message, "status": status}}))
+        line = one_line(_encode({"error": {"code": code, "message": message, "status": status}}))
         if self._framing == "array":
             out = (b"[" if self.state is IDLE else b",\r\n") + line
         else:
@@ -177,16 +178,13 @@ class GeminiStreamEncoder:
         lead = self._lead
         self._lead = self._next_lead
         self.state = STREAMING
-        enc = _encode(text)
-        if b"\xe2\x80" in enc:
-            enc = escape_separators(enc)
-        return lead + self._text_head + enc + tail
+        return lead + self._text_head + one_line(_encode(text)) + tail
 
     def _frame(self, chunk: bytes) -> bytes:
         lead = self._lead
         self._lead = self._next_lead
         self.state = STREAMING
-        return lead + escape_separators(chunk) + self._trail
+        return lead + one_line(chunk) + self._trail
 
 
 # canonical UpstreamError.kind -> the status of the error the client is sent

@@ -49,22 +49,16 @@ from typing import Callable, Literal
 import msgspec
 
 from ... import canonical as c
+from ..one_line import one_line
 
 __all__ = ["Durations", "NdjsonEncoder", "ToolCalls", "done_reason", "durations", "wall_clock"]
 
 _msgspec_encode = msgspec.json.Encoder().encode
-# Python's str.splitlines, which httpx's iter_lines (the Python library's line reader) uses, also
-# breaks lines at U+0085, U+2028 and U+2029; JSON may carry them raw, so they are escaped.
-_SPLITTERS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
 def dump(obj: object) -> bytes:
-    """JSON that stays one line for every line reader."""
-    out = _msgspec_encode(obj)
-    if b"\xc2\x85" in out or b"\xe2\x80" in out:
-        for raw, escaped in _SPLITTERS:
-            out = out.replace(raw, escaped)
-    return out
+    """JSON that stays one line for every line reader (surfaces/one_line.py)."""
+    return one_line(_msgspec_encode(obj))
 
 
 _TextDelta, _ReasoningDelta, _Usage = c.TextDelta, c.ReasoningDelta, c.Usage

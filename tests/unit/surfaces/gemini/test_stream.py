@@ -148,9 +148,9 @@ def test_text_after_a_call_sends_the_call_first_and_held_whitespace_with_the_tex
 
 
 def test_line_and_paragraph_separators_are_escaped():
-    raw = encode([TextDelta("a\u2028b\u2029c"), ReasoningDelta("\u2028")])
-    assert b"\\u2028" in raw and b"\\u2029" in raw
-    assert view(sdk_stream(raw))["text"] == "a\u2028b\u2029c"
+    raw = encode([TextDelta("a\u2028b\u2029c\u0085d"), ReasoningDelta("\u2028")])
+    assert b"\\u2028" in raw and b"\\u2029" in raw and b"\\u0085" in raw
+    assert view(sdk_stream(raw))["text"] == "a\u2028b\u2029c\u0085d"
 
 
 def test_an_answer_with_no_content_is_one_final_chunk():
