@@ -156,13 +156,7 @@ class RedisStore:
             log.warning("usage ledger: cannot write %d rows to Redis (kept for the next try): %s", len(rows), err)
             for k, tokens in later.items():
                 self.later[k] = self.later.get(k, 0) + tokens
-            for dims, vals in rows.items():  # put back: the next flush tries again
-                old = self.pending.rows.get(dims)
-                if old is None:
-                    self.pending.rows[dims] = vals
-                else:
-                    for i, v in enumerate(vals):
-                        old[i] += v
+            self.pending.put_back(rows)  # the next flush tries again
 
     async def rows(self, since, until, key, model) -> list[tuple[Dims, list[float]]]:
         await self.flush()  # what this replica knows, first

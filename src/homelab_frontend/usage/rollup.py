@@ -39,6 +39,17 @@ def figures(e: Entry) -> list[float]:
             e.slot_seconds, e.queue_seconds, e.load_seconds]
 
 
+def add_into(rows: dict, key, vals: list[float]) -> None:
+    """`vals` added figure by figure to the row `key` of `rows` (a copy of them for a new row):
+    the one merge of usage rows, for the pending rows, rows put back and a query's sums."""
+    row = rows.get(key)
+    if row is None:
+        rows[key] = list(vals)
+    else:
+        for i, v in enumerate(vals):
+            row[i] += v
+
+
 class Rollup:
     """Entries summed per row, between two writes."""
 
@@ -48,14 +59,12 @@ class Rollup:
         self.rows: dict[Dims, list[float]] = {}
 
     def add(self, e: Entry) -> None:
-        dims = (hour_start(e.ts), e.key, e.model, e.upstream, e.backend, e.dialect)
-        row = self.rows.get(dims)
-        got = figures(e)
-        if row is None:
-            self.rows[dims] = got
-        else:
-            for i, v in enumerate(got):
-                row[i] += v
+        add_into(self.rows, (hour_start(e.ts), e.key, e.model, e.upstream, e.backend, e.dialect), figures(e))
+
+    def put_back(self, rows: dict[Dims, list[float]]) -> None:
+        """Rows taken for a write that failed, summed into what gathered since, for the next one."""
+        for dims, vals in rows.items():
+            add_into(self.rows, dims, vals)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -69,13 +78,7 @@ def aggregate(rows: Iterable[tuple[Dims, list[float]]], by: str = "hour") -> lis
     """Stored rows -> the API's rows: per key x model x bucket (UTC hour or day), oldest first."""
     sums: dict[tuple[int, str, str], list[float]] = {}
     for dims, vals in rows:
-        k = (bucket_start(dims[0], by), dims[1], dims[2])
-        acc = sums.get(k)
-        if acc is None:
-            sums[k] = list(vals)
-        else:
-            for i, v in enumerate(vals):
-                acc[i] += v
+        add_into(sums, (bucket_start(dims[0], by), dims[1], dims[2]), vals)
     out = []
     for (start, key, model), vals in sorted(sums.items()):
         row: dict = {"key": key, "model": model, "start": iso(start), "start_unix": start}
