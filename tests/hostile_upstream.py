@@ -30,6 +30,11 @@ Faults (model name -> what happens):
     retry-503-date 503 with an HTTP-date Retry-After 30 s ahead
     spaced         a valid answer written by json.dumps (spaces), model "internal/secret.gguf"
     good           a valid short answer
+
+An embeddings request (`POST .../embeddings`) answers 200 with a well-formed list, whose vectors
+are wrong by its `model`:
+    embed-short    one vector fewer than the inputs
+    embed-strings  every vector a base64 text, not a list of numbers
 """
 
 from __future__ import annotations
@@ -194,6 +199,15 @@ async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, st
     await w.drain()
 
 
+async def _embeddings(w: asyncio.StreamWriter, model: str, inputs: object) -> None:
+    n = len(inputs) if isinstance(inputs, list) else 1
+    vector: object = "AAAAPwAAgD4=" if model == "embed-strings" else [0.5, 0.25]
+    count = n - 1 if model == "embed-short" else n
+    data = [{"object": "embedding", "index": i, "embedding": vector} for i in range(count)]
+    await _whole(w, 200, json.dumps({"object": "list", "data": data, "model": model,
+                                     "usage": {"prompt_tokens": n, "total_tokens": n}}).encode())
+
+
 async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
     global OPEN
     OPEN += 1
@@ -216,6 +230,10 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
                 continue
             if method == "GET" and path == "/last-headers":
                 await _whole(w, 200, json.dumps(LAST_HEADERS).encode())
+                continue
+            if method == "POST" and path.endswith("/embeddings"):
+                req = json.loads(body or b"{}")
+                await _embeddings(w, str(req.get("model")), req.get("input"))
                 continue
             if method == "POST" and path.endswith("/chat/completions"):
                 LAST_HEADERS.clear()

@@ -29,6 +29,8 @@ FAULTS = ["hang-headers", "hang-body", "huge-line", "huge-body", "huge-length", 
           "message-str", "finish-int", "html", "html-502", "gzip", "reset", "redirect", "empty", "retry-429",
           "retry-503-date", "spaced", "good"]
 
+EMBEDDING_FAULTS = ["embed-short", "embed-strings"]
+
 
 class Hostile:
     def __init__(self) -> None:
@@ -57,7 +59,7 @@ class Hostile:
 def _config(base: str, **backend) -> dict:
     b = {"url": base, "slots": 2, "kind": "openai", "health_interval_s": 30,
          "timeouts": {"connect_s": 2, "first_token_s": 1.5, "idle_s": 1, "nonstream_s": 1.5}, **backend}
-    models = {f"c-{f}": {"backend": "h", "upstream_model": f} for f in FAULTS}
+    models = {f"c-{f}": {"backend": "h", "upstream_model": f} for f in FAULTS + EMBEDDING_FAULTS}
     return config_for({"h": b}, models, anthropic={"ping_interval_s": 30})
 
 
@@ -291,3 +293,18 @@ def test_a_vanished_clients_slot_goes_on_only_after_the_upstream_can_have_seen_t
             gaps.append(nxt - closed)
         assert min(gaps) >= RELEASE_GRACE_S * 0.75, gaps
 
+
+
+@pytest.mark.parametrize("fault, says", [("embed-short", "1 embeddings for 2 inputs"),
+                                         ("embed-strings", "an embedding is not a list of numbers")])
+def test_wrong_embeddings_are_the_backends_fault_in_every_dialect_that_reshapes_them(gw, fault, says):
+    """Gemini's and Ollama's embeddings re-shape the backend's vectors: both check them the one
+    way (surfaces/embeddings.vectors), so a short or base64 answer is a 502 naming the backend,
+    never a short or broken answer relayed as the model's."""
+    model = f"c-{fault}"
+    status, _, raw = post_raw(gw.url + "/api/embed", {"model": model, "input": ["a", "b"]}, timeout=30)
+    assert status == 502 and json.loads(raw)["error"] == f"backend 'h': {says}", raw
+    status, _, raw = post_raw(gw.url + f"/llm/v1beta/models/{model}:batchEmbedContents",
+                              {"requests": [{"content": {"parts": [{"text": t}]}} for t in ("a", "b")]}, timeout=30)
+    err = json.loads(raw)["error"]
+    assert status == 502 and err["status"] == "UNAVAILABLE" and err["message"] == f"backend 'h': {says}", raw

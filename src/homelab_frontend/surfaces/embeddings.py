@@ -5,9 +5,11 @@
 `embed` opens the backend's `/embeddings` (through `Exchange.attempt`: a backend that refuses
 fails over, as a chat does) and reads the answer whole; `read_embeddings` checks it: not an embeddings list ->
 `upstream_malformed`, an error sent in a 200 body -> `upstream_error`, both naming the backend.
-`vectors_of` takes the float vectors out of it in input order, for a dialect that re-shapes them:
-one that is not a list of numbers, or a count other than the inputs', is a ValueError (a base64
-or a short answer is not relayed as if it were).
+Every surface reads through these two. The dialects that re-shape the vectors (Gemini, Ollama)
+take them out with `vectors` (`vectors_of`, pure): in input order, each a list of numbers, as
+many as the inputs, else `upstream_malformed` naming the backend (a base64 or a short answer is
+not relayed as if it were). OpenAI's surface relays the checked answer as the backend wrote it:
+its clients may ask for base64 (`encoding_format`), which is no list of numbers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..errors import GatewayError, clean_message
 from ..request.exchange import Exchange
 from ..upstream.decode import ErrorBody, Malformed, validate_embeddings
 
-__all__ = ["embed", "read_embeddings", "vectors_of"]
+__all__ = ["embed", "read_embeddings", "vectors", "vectors_of"]
 
 
 async def embed(ex: Exchange, body: bytes):
@@ -55,3 +57,11 @@ def vectors_of(data: list[dict], count: int) -> list[list[float]]:
     if len(out) != count:
         raise ValueError(f"{len(out)} embeddings for {count} inputs")
     return out
+
+
+def vectors(ex: Exchange, data: list[dict] | None, count: int) -> list[list[float]]:
+    """`vectors_of` for a surface: a wrong answer is the backend's fault, said naming it."""
+    try:
+        return vectors_of(data or [], count)
+    except ValueError as err:
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None

@@ -26,14 +26,14 @@ import msgspec
 from aiohttp import web
 
 from ... import canonical as c
-from ...errors import GatewayError, clean_message
+from ...errors import GatewayError
 from ...policy import limits
 from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ..context import Gateway
 from ..count_tokens import prompt_tokens
-from ..embeddings import embed, vectors_of
+from ..embeddings import embed, vectors
 from ..fields import invalid
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
 from .models import count_request, embed_inputs, model_entry, model_name
@@ -170,13 +170,10 @@ async def _embed(request: web.Request, gw: Gateway, t: Tracked, model: str, batc
         upstream_body["dimensions"] = parsed.dimensions
     async with exchange(request, gw, t, front, c.Request(model=model, messages=[])) as ex:
         _, doc = await embed(ex, _encode(upstream_body))
-        try:
-            vectors = vectors_of(doc.data or [], len(parsed.texts))
-        except ValueError as err:
-            raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        got = vectors(ex, doc.data, len(parsed.texts))
         if batch:
-            return _json(gw, t, {"embeddings": [{"values": v} for v in vectors]})
-        return _json(gw, t, {"embedding": {"values": vectors[0]}})
+            return _json(gw, t, {"embeddings": [{"values": v} for v in got]})
+        return _json(gw, t, {"embedding": {"values": got[0]}})
 
 
 def _entry(gw: Gateway, request: web.Request, name: str) -> dict | None:

@@ -34,7 +34,7 @@ from ...request.tracker import Tracked
 from ...upstream.capabilities import Facts, can_tell, fetch_facts
 from ..body import decode_object
 from ..context import Gateway
-from ..embeddings import embed as upstream_embeddings
+from ..embeddings import embed as upstream_embeddings, vectors
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
@@ -249,15 +249,12 @@ async def _embed_upstream(request: web.Request, gw: Gateway, t: Tracked, name: s
         upstream_body["dimensions"] = dimensions
     async with exchange(request, gw, t, front, c.Request(model=name, messages=[])) as ex:
         raw, doc = await upstream_embeddings(ex, _encode(upstream_body))
-    rows = sorted(doc.data or [], key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0)
-    vectors = [d.get("embedding") for d in rows]
-    if len(vectors) != len(inputs) or not all(isinstance(v, list) for v in vectors):
-        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: the embeddings do not match the inputs")
+        got = vectors(ex, doc.data, len(inputs))
     usage = msgspec.json.decode(raw).get("usage")
     prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     prompt = prompt if isinstance(prompt, int) and not isinstance(prompt, bool) else None
     t.tokens_in = prompt
-    return vectors, prompt
+    return got, prompt
 
 
 async def embed(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
