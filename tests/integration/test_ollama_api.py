@@ -267,6 +267,8 @@ def test_embed_and_the_older_embeddings(client, vllm_stub):
     r = client.embed(model="reasoning", input=["one", "two"])
     assert len(r.embeddings) == 2 and all(isinstance(x, float) for x in r.embeddings[0])
     assert r.prompt_eval_count > 0
+    # an always-up backend loads nothing: the queue and the backend's answer are not load time
+    assert r.load_duration == 0 and r.total_duration > 0
     old = client.embeddings(model="reasoning", prompt="one")
     assert list(old.embedding) == list(r.embeddings[0])
 

@@ -49,6 +49,17 @@ def test_load_keep_alive_and_unload_act_on_the_managed_server():
         wait_gone(pid)
 
 
+def test_embed_load_duration_is_the_servers_start_as_for_a_chat():
+    gw, _ = _gateway()
+    with gw:
+        client = ollama.Client(host=gw.url)
+        assert backends(gw)["a"]["state"] == "stopped"
+        cold = client.embed(model="m", input=["one"])  # waits for the server to start
+        assert 0 < cold.load_duration <= cold.total_duration
+        warm = client.embed(model="m", input=["one"])
+        assert warm.load_duration == 0 and warm.total_duration > 0
+
+
 def test_a_keep_alive_that_is_no_duration_is_a_400_naming_the_field():
     gw, _ = _gateway()
     with gw:

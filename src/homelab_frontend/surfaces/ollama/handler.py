@@ -269,9 +269,11 @@ async def embed(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise GatewayError("invalid_request", "dimensions: expected a positive integer", param="dimensions")
     vectors, prompt = await _embed_upstream(request, gw, t, name, inputs, dims)
-    elapsed = int((time.monotonic() - t.started) * 1e9)
-    doc: dict = {"model": name, "embeddings": vectors, "total_duration": elapsed,
-                 "load_duration": int(((t.queue_wait or 0) + (t.upstream_headers or 0)) * 1e9)}
+    elapsed = time.monotonic() - t.started
+    # load_duration is what it is for a chat (stream.durations): the wait for a managed server
+    # to start, not the queue or the backend's answer
+    doc: dict = {"model": name, "embeddings": vectors, "total_duration": int(elapsed * 1e9),
+                 "load_duration": int(min(t.load_wait, elapsed) * 1e9)}
     if prompt is not None:
         doc["prompt_eval_count"] = prompt
     return _json(doc, gw, t)
