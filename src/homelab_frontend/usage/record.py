@@ -41,6 +41,7 @@ class Record(Protocol):
     load_wait: float  # of queue_wait, the wait for a managed server to start
     outcome: str
     body_bytes: int | None
+    upstream_headers: float | None  # None: the backend never answered (it ran nothing)
 
 
 class Entry(msgspec.Struct, array_like=True):
@@ -74,7 +75,7 @@ def entry_of(t: Record, now: float) -> Entry | None:
         return None
     reached = t.slot_seconds > 0 and not (
         # the backend refused at once (an error status) or was never reached: it ran nothing
-        getattr(t, "upstream_headers", None) is None and t.outcome in _NOTHING_RAN)
+        t.upstream_headers is None and t.outcome in _NOTHING_RAN)
     reported = t.tokens_in is not None
     if reported:
         tin, tout, in_exact, out_exact = t.tokens_in or 0, t.tokens_out or 0, True, True

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from hypothesis import given, strategies as st
@@ -75,3 +76,14 @@ def test_rows_sum_to_the_entries_whatever_the_grouping(raw, by):
     assert len({(r["key"], r["model"], r["start"]) for r in rows}) == len(rows)
     per = totals(rows)
     assert sum(t["requests"] for t in per) == len(entries) and all(set(METRICS) <= t.keys() for t in per)
+
+
+def test_the_request_record_has_every_field_the_ledger_reads():
+    from homelab_frontend.request.tracker import Tracked
+    from homelab_frontend.usage.record import Record
+
+    async def record() -> Tracked:  # a record belongs to a running loop
+        return Tracked("r", "openai", "m", None, False)
+
+    t = asyncio.run(record())
+    assert [f for f in Record.__annotations__ if not hasattr(t, f)] == []
