@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, ClassVar, Generic, Protocol, TypeVar
+from typing import AsyncIterator, Callable, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 from aiohttp import web
@@ -120,7 +120,7 @@ async def exchange(request: web.Request, gw: Gateway, t: Tracked, front: Inbound
 
 class StreamEncoder(Protocol):
     """A dialect's stream grammar as a pure state machine (its own module, unit tested with the
-    dialect's SDK as the oracle). `ping()` is needed only by a Turn with a `ping_interval`."""
+    dialect's SDK as the oracle). A Turn with a `ping_interval` gives a `KeepAliveEncoder`."""
 
     @property
     def ended(self) -> bool:
@@ -132,6 +132,23 @@ class StreamEncoder(Protocol):
     def finish(self) -> bytes: ...
 
     def fail(self, code: str, message: str) -> bytes: ...
+
+
+@runtime_checkable
+class KeepAliveEncoder(StreamEncoder, Protocol):
+    """An encoder whose dialect has keep-alive frames (Anthropic's `ping` event)."""
+
+    def ping(self) -> bytes: ...
+
+
+def keep_alive(turn: "Turn", enc: StreamEncoder) -> Callable[[], bytes] | None:
+    """The encoder's `ping` when the Turn asks for keep-alives, else None; a Turn that asks for
+    them with an encoder that has none is a programming error, said at the stream's start."""
+    if not turn.ping_interval:
+        return None
+    if not isinstance(enc, KeepAliveEncoder):
+        raise TypeError(f"{type(turn).__name__} sets ping_interval but its encoder {type(enc).__name__} has no ping()")
+    return enc.ping
 
 
 class Turn:
@@ -194,10 +211,11 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
     out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
     await out.prepare(request)
     enc = turn.encoder()
-    if ex.ping_interval:
-        ex.on_idle = lambda: out.write(enc.ping())  # type: ignore[attr-defined]
+    ping = keep_alive(turn, enc)
+    if ping is not None:
+        ex.on_idle = lambda: out.write(ping())
     try:
-        await _relay(upstream, ex, t, turn, enc, out, matcher)
+        await _relay(upstream, ex, t, turn, enc, out, matcher, ping)
     except GatewayError as err:  # our own timeout or cancel, after the stream started
         t.fail(err.kind)
         if turn.failure_pause_s:
@@ -255,7 +273,8 @@ async def _settle_prompt(ex: Exchange, turn: Turn) -> None:
             ex.t.tokens_in = prompt
 
 
-async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEncoder, out, matcher) -> None:
+async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEncoder, out, matcher,
+                 ping: Callable[[], bytes] | None) -> None:
     # A batch whose events encode to nothing (hidden reasoning) is upstream progress, so the
     # watchdog does not ping: with a ping interval, the client still gets one every interval.
     loop = asyncio.get_running_loop()
@@ -278,12 +297,12 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
             if data:
                 await ex.send(out, data)
                 quiet_since = None
-            elif ex.ping_interval:
+            elif ping is not None and ex.ping_interval:
                 now = loop.time()
                 if quiet_since is None:
                     quiet_since = now
                 elif now - quiet_since >= ex.ping_interval:
-                    await ex.send(out, enc.ping())  # type: ignore[attr-defined]
+                    await ex.send(out, ping())
                     quiet_since = now
             if enc.ended:
                 t.fail("upstream_midstream", override=True)
