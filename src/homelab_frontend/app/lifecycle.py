@@ -30,13 +30,25 @@ from .timing import server_timing
 log = logging.getLogger("homelab_frontend")
 
 Handler = Callable[[web.Request, Gateway, Tracked], Awaitable[web.StreamResponse]]
+Renderer = Callable[[GatewayError], tuple[int, bytes, dict[str, str]]]
+
+# Each dialect's error renderer (surfaces/<dialect>/errors.py). A surface registered under a
+# dialect missing here is refused when the routes are built: it would otherwise answer its errors
+# in another dialect's shape, which its clients cannot read.
+RENDERERS: dict[str, Renderer] = {
+    "openai": openai_errors.render_error,
+    "anthropic": anthropic_errors.render_error,
+    "gemini": gemini_errors.render_error,
+    "responses": responses_errors.render_error,
+    "ollama": ollama_errors.render_error,
+}
 
 
 def surface(dialect: str, fn: Handler):
-    render = {"anthropic": anthropic_errors.render_error,
-              "gemini": gemini_errors.render_error,
-              "responses": responses_errors.render_error,
-              "ollama": ollama_errors.render_error}.get(dialect, openai_errors.render_error)
+    render = RENDERERS.get(dialect)
+    if render is None:
+        raise ValueError(f"surface dialect {dialect!r} has no error renderer: add its render_error to "
+                         f"app/lifecycle.RENDERERS (known: {', '.join(RENDERERS)})")
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]

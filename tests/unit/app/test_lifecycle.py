@@ -48,3 +48,16 @@ def test_an_outcome_already_recorded_is_kept():
     t.fail("timeout")
     _error_response(t, GatewayError("api_error", "then this"), openai)
     assert t.outcome == "error_timeout"
+
+
+def test_a_dialect_without_an_error_renderer_is_refused_when_its_route_is_built():
+    from homelab_frontend.app.lifecycle import RENDERERS, surface
+
+    async def handler(request, gw, t):  # never reached
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="surface dialect 'completions' has no error renderer"):
+        surface("completions", handler)
+    for dialect in RENDERERS:
+        assert callable(surface(dialect, handler))
+
