@@ -54,7 +54,7 @@ from ... import canonical as c
 from ..one_line import one_line
 from ..signature import ThinkingSigner
 from .errors import HTTP_STATUS
-from .parts import CALL, TEXT, THOUGHT, PartMachine, part_json
+from .parts import CALL, TEXT, PartMachine, part_json
 from .rules import finish_reason, new_call_id, usage_metadata
 
 _encode = msgspec.json.Encoder().encode
@@ -95,10 +95,6 @@ class GeminiStreamEncoder:
         self._tail_obj = {"modelVersion": model, "responseId": response_id}
 
     # -- readable state ----------------------------------------------------------------------
-
-    @property
-    def started(self) -> bool:
-        return self.state is not IDLE
 
     @property
     def ended(self) -> bool:
