@@ -29,6 +29,8 @@ Faults (model name -> what happens):
     retry-429      429 with Retry-After: 7
     retry-503-date 503 with an HTTP-date Retry-After 30 s ahead
     spaced         a valid answer written by json.dumps (spaces), model "internal/secret.gguf"
+    interleaved    two tool calls whose arguments come interleaved: call 0 starts, call 1 starts,
+                   then call 0's arguments, then call 1's (stream only; whole: a valid answer)
     good           a valid short answer
 
 An embeddings request (`POST .../embeddings`) answers 200 with a well-formed list, whose vectors
@@ -186,7 +188,16 @@ async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, st
     elif model == "retry-503-date":
         await _whole(w, 503, b'{"error": {"message": "busy"}}', extra=f"Retry-After: {formatdate(time.time() + 30, usegmt=True)}")
         return
-    else:  # good, spaced
+    elif model == "interleaved" and stream:
+        def call(index: int, **fn: str) -> dict:
+            return {"tool_calls": [{"index": index, **({"id": f"call_{index}", "type": "function"} if "name" in fn
+                                                        else {}), "function": fn}]}
+        body = (_chunk(model, {"role": "assistant", **call(0, name="f", arguments="")})
+                + _chunk(model, call(1, name="g", arguments="")) + _chunk(model, call(0, arguments='{"a":1}'))
+                + _chunk(model, call(1, arguments='{"b":2}')) + _chunk(model, {}, "tool_calls") + b"data: [DONE]\n\n")
+        await _whole(w, 200, body, sse)
+        return
+    else:  # good, spaced, interleaved (whole)
         spaced = model == "spaced"
         name = "internal/secret.gguf" if spaced else model
         if stream:

@@ -30,6 +30,7 @@ FAULTS = ["hang-headers", "hang-body", "huge-line", "huge-body", "huge-length", 
           "retry-503-date", "spaced", "good"]
 
 EMBEDDING_FAULTS = ["embed-short", "embed-strings"]
+OTHER_FAULTS = ["interleaved"]
 
 
 class Hostile:
@@ -59,7 +60,7 @@ class Hostile:
 def _config(base: str, **backend) -> dict:
     b = {"url": base, "slots": 2, "kind": "openai", "health_interval_s": 30,
          "timeouts": {"connect_s": 2, "first_token_s": 1.5, "idle_s": 1, "nonstream_s": 1.5}, **backend}
-    models = {f"c-{f}": {"backend": "h", "upstream_model": f} for f in FAULTS + EMBEDDING_FAULTS}
+    models = {f"c-{f}": {"backend": "h", "upstream_model": f} for f in FAULTS + EMBEDDING_FAULTS + OTHER_FAULTS}
     return config_for({"h": b}, models, anthropic={"ping_interval_s": 30})
 
 
@@ -308,3 +309,23 @@ def test_wrong_embeddings_are_the_backends_fault_in_every_dialect_that_reshapes_
                               {"requests": [{"content": {"parts": [{"text": t}]}} for t in ("a", "b")]}, timeout=30)
     err = json.loads(raw)["error"]
     assert status == 502 and err["status"] == "UNAVAILABLE" and err["message"] == f"backend 'h': {says}", raw
+
+
+def test_tool_arguments_a_stream_cannot_place_are_logged_with_the_request(gw):
+    """Interleaved arguments of two calls: Anthropic's grammar (one block open at a time) cannot
+    place call 0's once call 1 has begun; they are dropped, and the operator reads a warning
+    naming the request and the backend. Ollama holds every call to the end: it places them all."""
+    body = {"model": "c-interleaved", "stream": True, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}, {"name": "g", "input_schema": {"type": "object"}}]}
+    status, headers, raw = post_raw(gw.url + "/llm/v1/messages", body, timeout=30)
+    assert status == 200 and b"message_stop" in raw, raw
+    rid = headers["request-id"]
+    line = f"request {rid}: 1 tool-call argument fragments from backend h had no open call in the anthropic stream"
+    wait_for(lambda: line in gw.stderr(), timeout=10)
+    status, headers, raw = post_raw(gw.url + "/api/chat", {"model": "c-interleaved", "messages": body["messages"],
+                                                          "tools": [{"type": "function", "function": {"name": n}}
+                                                                    for n in ("f", "g")]}, timeout=30)
+    last = json.loads(raw.splitlines()[-1])
+    calls = [json.loads(x)["message"].get("tool_calls") for x in raw.splitlines() if b"tool_calls" in x]
+    assert status == 200 and last["done"] and [c["function"]["arguments"] for c in calls[0]] == [{"a": 1}, {"b": 2}]
+    assert f"request {headers['request-id']}:" not in gw.stderr()

@@ -52,6 +52,7 @@ What a dialect supplies (all pure, unit tested without sockets):
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -73,6 +74,7 @@ from .context import Gateway
 from .upstream_events import Midstream, gateway_stops, stream_events
 from .usage import UsageFold
 
+log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
 _encode = msgspec.json.encode
 
@@ -132,6 +134,17 @@ class StreamEncoder(Protocol):
     def finish(self) -> bytes: ...
 
     def fail(self, code: str, message: str) -> bytes: ...
+
+
+@runtime_checkable
+class ToolCallEncoder(Protocol):
+    """An encoder whose grammar carries tool calls (all but plain text ones)."""
+
+    @property
+    def dropped_tool_args(self) -> int:
+        """Tool-call argument fragments the grammar had no open call for (interleaved calls, a
+        call never started): dropped, so the client's call lacks them; `answer` logs the count."""
+        ...
 
 
 @runtime_checkable
@@ -221,6 +234,11 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         if turn.failure_pause_s:
             await asyncio.sleep(turn.failure_pause_s)
         await out.write(enc.fail(turn.own_failure_code(err), err.message))
+    if isinstance(enc, ToolCallEncoder) and enc.dropped_tool_args:
+        # the client got a tool call without some of its arguments: the backend's doing (it
+        # interleaved two calls' arguments, or sent some for a call it never started)
+        log.warning("request %s: %d tool-call argument fragments from backend %s had no open call in the %s "
+                    "stream and were dropped", t.id, enc.dropped_tool_args, t.backend, t.dialect)
     await out.write_eof()
     await ex.drain()
     return out

@@ -128,6 +128,7 @@ class ToolCalls:
         self.id_prefix = id_prefix
         self.held: dict[int, list] = {}  # index -> [id, name, [fragments]]
         self.count = 0
+        self.dropped = 0  # argument fragments for a call never started
 
     def start(self, ev: c.ToolCallStart) -> None:
         self.held[ev.index] = [ev.id, ev.name, []]
@@ -136,6 +137,8 @@ class ToolCalls:
         call = self.held.get(ev.index)
         if call is not None:
             call[2].append(ev.fragment)
+        elif ev.fragment:
+            self.dropped += 1
 
     def take(self) -> list[dict]:
         """The held calls as Ollama tool call objects; raises BadArguments for a call whose
@@ -182,6 +185,10 @@ class NdjsonEncoder:
             self._text = b'","response":'
             self._think = b'","response":"","thinking":'
             self._tail = b',"done":false}\n'
+
+    @property
+    def dropped_tool_args(self) -> int:
+        return self.tools.dropped
 
     def _line(self, obj: dict) -> bytes:
         return dump({"model": self.model, "created_at": self.clock(), **obj}) + b"\n"
