@@ -21,6 +21,7 @@ stub, mean the CLI really ran the command and sent its output back through the g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ import pytest
 from gwproc import Gateway, config_for
 from rawhttp import post_raw
 from recording_proxy import RecordingProxy
+from support.merging_relay import MergingRelay
 from stubproc import start_stub, wait_for
 
 pytestmark = pytest.mark.timeout(900)  # the first run may install Gemini CLI
@@ -170,17 +172,25 @@ def test_an_agent_turn_runs_the_shell_tool_through_the_gateway(gemini_cli, stack
         assert any(p.get("thoughtSignature") for c in sent if c["role"] == "model" for p in c["parts"]), sent
 
 
-@pytest.mark.parametrize("directive, says", [
-    ("fail_after=3", "the backend closed the connection mid-stream"),  # the connection dropped
-    ("error_after=3", "Internal server error"),  # vLLM's in-band error frame, its own words
-], ids=["dropped", "in_band_error"])
-def test_a_broken_stream_ends_gemini_with_an_error_not_a_hang(gemini_cli, stack, tmp_path, directive, says):
+@pytest.mark.parametrize("directive, says, merged", [
+    ("fail_after=3", "the backend closed the connection mid-stream", False),  # the connection dropped
+    ("error_after=3", "Internal server error", False),  # vLLM's in-band error frame, its own words
+    ("error_after=3", "Internal server error", True),  # behind a relay that merges the gateway's writes
+], ids=["dropped", "in_band_error", "in_band_error_merged"])
+def test_a_broken_stream_ends_gemini_with_an_error_not_a_hang(gemini_cli, stack, tmp_path, directive, says, merged):
+    """The error line reaches Gemini CLI's SDK in a read of its own by its framing (the spaces
+    before it, gemini/stream.py), not by timing: also when a relay hands the CLI everything the
+    gateway wrote in a moment as one write."""
     gw, proxy = stack["gw"], stack["proxy"]
     proxy.exchanges.clear()
     before = len([r for r in gw.access_log() if r["dialect"] == "gemini"])
     gemini_home(tmp_path)
-    done, seconds = run_gemini(gemini_cli, tmp_path, proxy.url + "/llm", "-m", "gemini-2.5-pro", "-p",
-                               f"Say something long. [stub reasoning=0 content=50 {directive}]")
+    with contextlib.ExitStack() as relay:
+        base = proxy.url
+        if merged:
+            base = relay.enter_context(MergingRelay(int(proxy.url.rsplit(":", 1)[1]), pause_s=0.2)).url
+        done, seconds = run_gemini(gemini_cli, tmp_path, base + "/llm", "-m", "gemini-2.5-pro", "-p",
+                                   f"Say something long. [stub reasoning=0 content=50 {directive}]")
     why = _why(done, seconds, proxy)
     assert done.returncode != 0, why
     # the gateway's own words reach the user (the error line arrived in a read of its own)

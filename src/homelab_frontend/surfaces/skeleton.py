@@ -26,9 +26,8 @@ The steps, and who does what:
      watchdog's `on_idle` for a silent upstream, and here for an upstream whose deltas encode to
      nothing, such as hidden reasoning), then `turn.finish(enc, ex)`; an upstream failure mid-
      stream is `enc.fail(turn.midstream_code, message)`, the gateway's own cancel or timeout
-     `enc.fail(turn.own_failure_code(err), message)` (after `turn.failure_pause_s`, for a client
-     that must read the failure apart from what preceded it); `write_eof`, then `ex.drain()` so
-     the upstream connection goes back to the pool.
+     `enc.fail(turn.own_failure_code(err), message)`; `write_eof`, then `ex.drain()` so the
+     upstream connection goes back to the pool.
    `turn.before_final()` runs after the answer is complete and before its last bytes leave
    (Responses stores the response there, so a continuation sent at once finds it).
 
@@ -171,9 +170,6 @@ class Turn:
     stream_headers: ClassVar[dict[str, str]] = SSE_HEADERS
     midstream_code: ClassVar[str] = "api_error"  # the error code for an upstream failing mid-stream
     ping_interval: float | None = None  # keep-alive pings (encoder.ping()) every so many seconds
-    # A pause before the failure frame of a stream that breaks, so that it reaches the client in a
-    # network read of its own (the Gemini JS SDK parses each read as JSON to find an error).
-    failure_pause_s: ClassVar[float] = 0.0
     # Count the prompt with the backend's tokenizer beside the upstream call (Exchange.count_prompt),
     # for a dialect that must say the prompt's size before the upstream does (Anthropic's
     # message_start) or where the upstream never will (a generation the gateway stopped itself).
@@ -231,9 +227,7 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         await _relay(upstream, ex, t, turn, enc, out, matcher, ping)
     except GatewayError as err:  # our own timeout or cancel, after the stream started
         t.fail(err.kind)
-        if turn.failure_pause_s:
-            await asyncio.sleep(turn.failure_pause_s)
-        await out.write(enc.fail(turn.own_failure_code(err), err.message))
+        await ex.send(out, enc.fail(turn.own_failure_code(err), err.message))
     if isinstance(enc, ToolCallEncoder) and enc.dropped_tool_args:
         # the client got a tool call without some of its arguments: the backend's doing (it
         # interleaved two calls' arguments, or sent some for a call it never started)
@@ -278,7 +272,6 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
     return await ex.whole(read)  # a backend that breaks off mid-way fails over: nothing went out
 
 
-_UpstreamError = c.UpstreamError
 _COUNT_WAIT_S = 2.0  # at the end of an answer the prompt count has long arrived; if not, no figure
 
 
@@ -300,17 +293,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
     feed = enc.feed
     fold = UsageFold(t, ex)
     try:
-        pause = turn.failure_pause_s
         async for events in stream_events(upstream, ex, matcher, fold):
-            if pause and _UpstreamError in map(type, events):
-                # an error the upstream sent in-band: what came before it goes out first, then
-                # the failure in a network read of its own (Turn.failure_pause_s says why)
-                i = [type(ev) for ev in events].index(_UpstreamError)
-                head = b"".join([feed(ev) for ev in events[:i]])
-                if head:
-                    await ex.send(out, head)
-                await asyncio.sleep(pause)
-                events = events[i:]
             data = b"".join([feed(ev) for ev in events])
             if data:
                 await ex.send(out, data)
@@ -331,9 +314,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
         await out.write(tail)
     except Midstream as err:
         t.fail(err.kind, override=True)
-        if turn.failure_pause_s:
-            await asyncio.sleep(turn.failure_pause_s)
-        await out.write(enc.fail(turn.midstream_code, str(err)))
+        await ex.send(out, enc.fail(turn.midstream_code, str(err)))
     except asyncio.CancelledError:
         err = ex.own_cancel()
         if err is None:

@@ -15,7 +15,7 @@ While a request waits for a slot no response header is sent, so a refusal is sti
 error (429 RESOURCE_EXHAUSTED with Retry-After and a RetryInfo, which Gemini CLI times its retry
 by). There are no keep-alive frames (both SDKs break on them): a silent upstream is a silent
 stream, bounded by the gateway's timeouts. A failure once the stream has begun is stream.py's
-`fail()`, the form the SDKs raise on, written a moment after the last chunk (`failure_pause_s`).
+`fail()`, the form the SDKs raise on, framed so that it is a read of its own.
 """
 
 from __future__ import annotations
@@ -51,10 +51,6 @@ class _Generate(Turn):
     """One generateContent / streamGenerateContent request on the skeleton."""
 
     midstream_code = "INTERNAL"
-    # Gemini CLI's SDK finds an error in a stream only when the error line is a network read of
-    # its own; run together with the last chunk it is still a failure ("Incomplete JSON segment
-    # at the end"), but without the gateway's message. A tenth of a second keeps them apart.
-    failure_pause_s = 0.1
 
     def __init__(self, req: c.Request, gw: Gateway, framing: Framing) -> None:
         self.req = req

@@ -31,14 +31,27 @@ The client must see it as a failure, never as an answer that happens to be short
 SDK (@google/genai) reads an SSE `data:` frame holding `{"error": ...}` as an empty chunk, and a
 stream that then ends cleanly as an empty answer ("Model stream ended without a finish reason",
 exit 0). What both SDKs do report is what Google itself sends: the error object *outside* the
-SSE framing, a bare JSON line `{"error": {"code", "message", "status"}}`. The JS SDK parses each
-network read as JSON first and throws `ApiError(code)` for an `error` in it (Gemini CLI then
-retries a 5xx at most 3 times and fails the turn); if the line shares a read with other bytes it
-is left in the SDK's buffer, and the stream ending with unparsed bytes throws "Incomplete JSON
-segment at the end": a failure either way. The Python SDK buffers non-`data:` lines until their
-braces balance and raises `APIError` for a chunk that starts with `{"error":`. So `fail()` writes
-that bare line, and nothing after it. In the `array` framing it is a last element with the
-array left open, so no JSON parser can take the body for a complete answer.
+SSE framing, a bare JSON line `{"error": {"code", "message", "status"}}`. The JS SDK (@google/genai,
+1.30.0 in Gemini CLI 0.61.0 and unchanged through 2.28.0) parses each read of the body as JSON
+first and throws `ApiError(code)` with the message for an `error` in it (Gemini CLI then retries
+a 5xx at most 3 times and fails the turn, showing the message); if the line shares a read with
+other bytes it is left in the SDK's buffer, and the stream ending with unparsed bytes throws
+"Incomplete JSON segment at the end": a failure still, but without the gateway's words. The
+Python SDK buffers non-`data:` lines until their braces balance and raises `APIError` for an
+`{"error": ...}` chunk. So `fail()` writes that bare line, and nothing after it.
+
+What makes the line a read of its own is not time (a pause loses to a busy client, which reads
+everything buffered at once, and to any proxy that merges writes) but room: Node's fetch hands
+its reader at most its stream buffer's high-water mark plus one socket read (16 or 64 KiB plus
+64 KiB: at most 128 KiB) at a time, so the line of a stream that has begun follows
+`FAILURE_GAP`, 256 KiB of spaces. The read that holds the line's first byte then begins within
+the spaces: JSON with leading white space, which parses. Spaces, not newlines: no SSE reader
+sees a line end in them (the newer SDK scans its buffer for a delimiter on every event it
+splits off: newlines would make that quadratic), the Python SDK strips them with the JSON, and
+the SDK's buffer holds nothing but white space when the stream ends. Only a read boundary that
+falls inside the line itself still splits it: a failure then, without the words. In the `array`
+framing the line is a last element with the array left open, so no JSON parser can take the
+body for a complete answer.
 
 fail() before anything was written is that same line alone; the I/O layer should prefer a real
 HTTP error while it has not sent the response headers.
@@ -66,6 +79,8 @@ STREAMING = "STREAMING"
 ENDED = "ENDED"
 
 Framing = Literal["sse", "array"]
+# What precedes the error line of an SSE stream that has begun (module docstring)
+FAILURE_GAP = b" " * (256 * 1024)
 
 
 class GeminiStreamEncoder:
@@ -150,8 +165,8 @@ class GeminiStreamEncoder:
         line = one_line(_encode({"error": {"code": code, "message": message, "status": status}}))
         if self._framing == "array":
             out = (b"[" if self.state is IDLE else b",\r\n") + line
-        else:
-            out = line + b"\n"
+        else:  # the module docstring: a read of its own, whatever the reads before it held
+            out = (FAILURE_GAP if self.state is STREAMING else b"") + line + b"\n"
         self.state = ENDED
         self.failed = True
         return out

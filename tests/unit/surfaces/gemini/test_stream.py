@@ -23,10 +23,11 @@ from homelab_frontend.canonical import (
 )
 from homelab_frontend.surfaces.gemini.response import ResponseAssembler
 from homelab_frontend.surfaces.gemini.rules import reasoning_from
-from homelab_frontend.surfaces.gemini.stream import GeminiStreamEncoder
+from homelab_frontend.surfaces.gemini.stream import FAILURE_GAP, GeminiStreamEncoder
 from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.upstream.decode import ChunkDecoder
 from tests.unit.surfaces.anthropic.test_stream import TOOL_JSON, upstream_streams
+from support import genai_js_stream as genai_js
 from tests.unit.surfaces.gemini.sdk_oracle import sdk_stream, sse_chunks, validate, view
 
 SIGNER = ThinkingSigner(b"test-secret")
@@ -341,3 +342,79 @@ def test_property_upstream_chunks_through_decoder_and_encoder(stream, show):
     assert v["finish"] == ("MAX_TOKENS" if exp["stop_reason"] == "max_tokens" else "STOP")
     if exp["prompt"]:
         assert v["usage"].prompt_token_count == exp["prompt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A failure as Gemini CLI's SDK reads it, whatever the reads (tests/support/genai_js_stream.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _reads(raw: bytes, cuts: list[int]) -> list[bytes]:
+    """`raw` cut at `cuts` (sorted offsets): the reads a client was handed."""
+    edges = [0, *cuts, len(raw)]
+    return [raw[a:b] for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def _broken_stream(framing_gap: bool = True) -> tuple[bytes, int]:
+    enc = encoder()
+    head = b"".join(enc.feed(TextDelta(w)) for w in ("one ", "two ", "three"))
+    raw = head + enc.fail("INTERNAL", "the backend closed the connection mid-stream")
+    if not framing_gap:
+        raw = head + raw[len(head):].lstrip(b" ")
+    return raw, raw.index(b'{"error"')
+
+
+def _cuts():
+    """Where reads end: anywhere, and often near the error line and the data before it."""
+    raw, at = _broken_stream()
+    near = st.integers(max(1, at - 400), min(len(raw) - 1, at + 200))
+    return st.lists(st.integers(1, len(raw) - 1) | near, max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_cuts(), st.integers(1024, genai_js.NODE_MAX_READ))  # a read is a segment or more
+def test_gemini_cli_reads_the_failure_whole_however_the_body_is_cut(cuts, split):
+    """Any cutting of the body into reads no larger than Node's fetch hands out (a read longer
+    than that is cut again, `split` bytes in): the SDK throws the ApiError carrying the
+    gateway's words; only a cut inside the error line itself loses them, and that is still a
+    failure, never an answer."""
+    raw, at = _broken_stream()
+    edges = sorted(set(cuts))
+    reads, ends, start = [], [], 0
+    for end in [*edges, len(raw)]:
+        while end - start > genai_js.NODE_MAX_READ:
+            cut = start + min(split, genai_js.NODE_MAX_READ)
+            reads.append(raw[start:cut])
+            ends.append(cut)
+            start = cut
+        if end > start:
+            reads.append(raw[start:end])
+            ends.append(end)
+            start = end
+    assert b"".join(reads) == raw and all(len(r) <= genai_js.NODE_MAX_READ for r in reads)
+    if any(at < e < len(raw) - 1 for e in ends):
+        with pytest.raises(genai_js.IncompleteJson):
+            genai_js.read_stream(reads)
+    else:
+        with pytest.raises(genai_js.ApiError, match="the backend closed the connection mid-stream"):
+            genai_js.read_stream(reads)
+
+
+def test_a_merged_read_without_the_gap_loses_the_words_and_a_cut_line_is_still_a_failure():
+    raw, at = _broken_stream(framing_gap=False)
+    with pytest.raises(genai_js.IncompleteJson):  # the last chunk and the line in one read
+        genai_js.read_stream([raw])
+    raw, at = _broken_stream()
+    with pytest.raises(genai_js.IncompleteJson):
+        genai_js.read_stream(_reads(raw, [at + 5]))
+    # one read of all of it: a busy client, or a proxy that merged every write
+    reads = [raw[i:i + genai_js.NODE_MAX_READ] for i in range(0, len(raw), genai_js.NODE_MAX_READ)]
+    with pytest.raises(genai_js.ApiError):
+        genai_js.read_stream(reads)
+
+
+def test_the_gap_comes_only_after_a_begun_stream():
+    assert encoder().fail("INTERNAL", "x").startswith(b'{"error"')  # nothing before: the line alone
+    enc = encoder()
+    raw = enc.feed(TextDelta("a")) + enc.fail("INTERNAL", "x")
+    assert FAILURE_GAP in raw and len(FAILURE_GAP) >= 2 * genai_js.NODE_MAX_READ  # twice what Node hands out
