@@ -8,6 +8,8 @@ apart on how they say what is wrong. Pure.
     as_obj / as_list            the value, or a refusal naming it
     string / boolean            raw[key] when present and of the type, None when absent or null
     number / integer            a value (None stays None); an integer may be written 2.0
+    function_tool               OpenAI's {name, description, parameters}, which Ollama's tools
+                                and Responses' function tools share
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import canonical as c
 from ..errors import GatewayError
 
 
@@ -88,3 +91,15 @@ def integer(value: Any, path: str) -> int | None:
     if isinstance(value, float) and not value.is_integer():
         raise invalid(path, f"expected an integer, got {value}")
     return int(value)
+
+
+def function_tool(fn: dict, path: str) -> c.Tool:
+    """A function declaration: a name (non-empty), an optional description, an optional JSON
+    schema object for its parameters; `path` names the declaration."""
+    name = string(fn, "name", f"{path}.name", required=True)
+    if not name:
+        raise invalid(f"{path}.name", "must not be empty")
+    params = fn.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise invalid(f"{path}.parameters", f"expected a JSON schema object, got {kind_of(params)}")
+    return c.Tool(name, string(fn, "description", f"{path}.description"), params or {})

@@ -73,3 +73,15 @@ def test_any_json_value_is_taken_or_refused_by_name(value):
             fn({"k": value}, "k", "p")
         except GatewayError as e:
             assert e.param == "p" and kind_of(value) in e.message
+
+
+def test_a_function_declaration_names_what_is_wrong():
+    from homelab_frontend.surfaces.fields import function_tool
+
+    tool = function_tool({"name": "f", "description": "d", "parameters": {"type": "object"}}, "tools[0]")
+    assert (tool.name, tool.description, tool.parameters) == ("f", "d", {"type": "object"})
+    assert function_tool({"name": "g"}, "tools[1].function").parameters == {}
+    assert _refused(function_tool, {"name": ""}, "tools[0]").message == "tools[0].name: must not be empty"
+    e = _refused(function_tool, {"name": "f", "parameters": []}, "tools[2].function")
+    assert e.param == "tools[2].function.parameters" and e.message.endswith("expected a JSON schema object, got a list")
+    assert _refused(function_tool, {"name": "f", "description": 3}, "tools[0]").param == "tools[0].description"

@@ -69,7 +69,7 @@ import msgspec
 
 from ... import canonical as c
 from ..body import decode_object
-from ..fields import boolean as _bool, integer, invalid as _bad, kind_of as _kind, number, string as _str
+from ..fields import boolean as _bool, function_tool, integer, invalid as _bad, kind_of as _kind, number, string as _str
 
 __all__ = ["Call", "parse_chat", "parse_generate"]
 
@@ -212,13 +212,7 @@ def _message(i: int, m: Any, calls: _Calls) -> c.Message:
 def _tools(v: Any) -> list[c.Tool]:
     out = []
     for where, _, fn in _functions(v, "tools"):
-        name = _str(fn, "name", f"{where}.function.name", required=True)
-        if not name:
-            raise _bad(f"{where}.function.name", "must not be empty")
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise _bad(f"{where}.function.parameters", f"expected a JSON schema object, got {_kind(params)}")
-        out.append(c.Tool(name, _str(fn, "description", f"{where}.function.description"), params or {}))
+        out.append(function_tool(fn, f"{where}.function"))
     return out
 
 

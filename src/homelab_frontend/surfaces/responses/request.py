@@ -59,7 +59,7 @@ import msgspec
 
 from ... import canonical as c
 from ..body import decode_object
-from ..fields import invalid as _bad, kind_of as _kind, number, string as _str
+from ..fields import function_tool, invalid as _bad, kind_of as _kind, number, string as _str
 from .items import reasoning_text
 from .sealed import ReasoningSealer
 
@@ -135,17 +135,6 @@ def _between(raw: dict, key: str, lo: float, hi: float) -> float | None:
 # -- tools ------------------------------------------------------------------------------------
 
 
-def _function_tool(t: dict, path: str) -> c.Tool:
-    name = _str(t, "name", f"{path}.name", required=True)
-    if not name:
-        raise _bad(f"{path}.name", "must not be empty")
-    params = t.get("parameters")
-    if params is not None and not isinstance(params, dict):
-        raise _bad(f"{path}.parameters", f"expected a JSON schema object, got {_kind(params)}")
-    desc = t.get("description")
-    return c.Tool(name, desc if isinstance(desc, str) else None, params or {})
-
-
 def _tools(raw: Any) -> tuple[list[c.Tool], dict[str, tuple[str | None, str]]]:
     if raw is None:
         return [], {}
@@ -159,7 +148,7 @@ def _tools(raw: Any) -> tuple[list[c.Tool], dict[str, tuple[str | None, str]]]:
             raise _bad(path, f"expected a tool object, got {_kind(t)}")
         kind = t.get("type")
         if kind == "function":
-            flat.append(_function_tool(t, path))
+            flat.append(function_tool(t, path))
         elif kind == "namespace":
             ns = _str(t, "name", f"{path}.name", required=True)
             inner = t.get("tools")
@@ -167,7 +156,7 @@ def _tools(raw: Any) -> tuple[list[c.Tool], dict[str, tuple[str | None, str]]]:
                 raise _bad(f"{path}.tools", "expected an array of function tools")
             for j, it in enumerate(inner):
                 if isinstance(it, dict) and it.get("type", "function") == "function":
-                    grouped.append((ns, _function_tool(it, f"{path}.tools[{j}]")))
+                    grouped.append((ns, function_tool(it, f"{path}.tools[{j}]")))
         elif not isinstance(kind, str):
             raise _bad(f"{path}.type", "required string field is missing")
         # any other type is a hosted tool: dropped (module docstring)
