@@ -24,22 +24,13 @@ from __future__ import annotations
 
 import msgspec
 
-from ...errors import GatewayError
+from ...errors import DEFAULT_STATUS, GatewayError
 from ..error_status import UPSTREAM_KINDS, retry_after_headers, upstream_client_status
 
 __all__ = ["model_not_found", "render_error"]
 
-_BY_KIND = {
-    "invalid_request": 400,
-    "authentication": 401,
-    "permission": 403,
-    "not_found": 404,
-    "request_too_large": 413,
-    "rate_limit": 429,
-    "overloaded": 503,
-    "api_error": 500,
-    "backend_down": 503,
-}
+# the gateway's own statuses, but Ollama's "server busy" is a 503 (it has no 529)
+_BY_KIND = {**DEFAULT_STATUS, "overloaded": 503}
 
 
 def model_not_found(model: str, available: list[str]) -> GatewayError:
