@@ -76,7 +76,6 @@ def _stub_stats(port: int) -> dict:
         return {}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 31: the lease is bound to wait_for's task, not the request")
 def test_a_replica_cut_off_from_redis_stops_a_request_that_waited_for_its_managed_server():
     """The lease of a request that waited for its managed server to start is the request's own:
     when its replica loses Redis for longer than the lease, that stream is stopped like any other
