@@ -216,12 +216,11 @@ class WaitQueue:
             w.loading_since = None
 
     def _settle(self, w: _Waiter) -> None:
-        """`w` left the queue (granted, failed, gone): its clock stops."""
+        """`w` left the queue (granted, failed, gone): its clock stops. Its phase stays as it
+        was: a request that leaves while loading is counted `cancelled_loading`."""
         now = time.monotonic()
         self._disarm(w, now)
         self._end_loading(w, now)
-        if w.holder is not None:
-            w.holder.phase = QUEUED
 
     def _expire(self, w: _Waiter) -> None:
         w.timer = None
@@ -248,6 +247,8 @@ class WaitQueue:
         if w is not None:
             self.queued -= 1
             self._settle(w)
+            if w.holder is not None:
+                w.holder.phase = QUEUED  # its turn: no longer waiting for a load
         return w
 
     def peek(self) -> _Waiter | None:

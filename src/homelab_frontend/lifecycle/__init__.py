@@ -2,6 +2,7 @@
 
 `policy.py` decides (pure: states, what to start, what to drain and stop, when); `process.py`
 and `probe.py` perform (spawn in its own process group with a parent-death signal, one SIGTERM
-then SIGKILL, readiness, vLLM sleep/wake); `gate.py` is the admission side (the queue a request
-waits in while its backend loads or waits for room); `fleet.py` ties them together.
+then SIGKILL, readiness, vLLM sleep/wake); `fleet.py` ties them together. Admission is the slot
+pool's one queue (admission/slots.py): the fleet sets a gate on a managed backend's queue (what
+the policy admits now) and pauses its clock while the backend loads.
 """

@@ -9,10 +9,10 @@ lease_s / 3 while the leader lives. One lock for the whole fleet rather than one
   what the others wait for (`hlf:lc:want`, one hash field per replica and backend: how many of
   its requests wait and for how long), which counts in its decisions like its own queue.
 - A follower starts nothing. Its units mirror the leader's published states (void while no
-  replica holds the lease): its gate admits
+  replica holds the lease): its queue admits
   when the backend is ready there (its requests go to the backend's URL like any), shows
   `loading` while it starts, answers the leader's failure while it is failed; and it publishes
-  what waits in its gates.
+  what waits in its queues.
 - Takeover: a leader that dies stops renewing (its servers die with it: PR_SET_PDEATHSIG); the
   lease runs out and another replica takes the lock and starts from every backend stopped. A
   leader that cannot renew (Redis gone, a partition) stops its servers as soon as its lease may
@@ -156,8 +156,8 @@ class Coordinator:
         for name, u in fleet.units.items():
             field = f"{self.replica}|{name}"
             pool = u.pool
-            waiting = pool.waiting() if pool is not None else 0
-            oldest = (pool.oldest_wait() if pool is not None else None) or now
+            waiting = pool.queue.queued if pool is not None else 0
+            oldest = (pool.queue.oldest_wait() if pool is not None else None) or now
             pipe.hset(WANT_KEY, field, json.dumps({"waiting": waiting, "oldest_age_s": now - oldest,
                                                    "used_age_s": now - u.last_used, "at": time.time()}))
         pipe.pexpire(WANT_KEY, int(WANT_STALE_S * 1000) * 5)

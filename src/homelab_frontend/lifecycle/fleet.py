@@ -1,7 +1,7 @@
 """The fleet of managed backends: the policy's decisions performed, and what the operator sees.
 
 One `Fleet` per gateway. It keeps a `Managed` record per backend with `run:`, and one task
-that loops: snapshot every unit for `policy.decide`, perform its actions, let the gates admit
+that loops: snapshot every unit for `policy.decide`, perform its actions, let the queues admit
 what the policy admits, sleep until the next event (a request waiting, leaving or ending; a
 server ready or exited) or the moment the plan said the answer could change by itself. Every
 effect (a spawn, a stop, a probe, a sleep) runs in a task of its own and kicks the loop when it
@@ -26,7 +26,7 @@ from typing import Any, Callable
 from .. import config as cfgmod
 from ..errors import GatewayError, clean_message
 from . import policy
-from .gate import ManagedPool, Record
+from ..admission.slots import SlotStore
 from .logring import LogRing
 from .policy import State
 from .probe import Prober
@@ -49,7 +49,7 @@ class Managed:
         self.cfg = cfg
         self.state = State.STOPPED
         self.since = time.time()
-        self.pool: ManagedPool | None = None
+        self.pool: SlotStore | None = None  # the backend's slot pool; its queue's gate is a Door
         self.child: Child | None = None
         self.log = LogRing()
         self.last_used = time.monotonic()
@@ -82,8 +82,8 @@ class Managed:
 
     def view(self, remote_want: tuple[int, float | None] | None = None, remote_used: float = 0.0) -> policy.Unit:
         pool = self.pool
-        waiting = pool.waiting() if pool is not None else 0
-        oldest = pool.oldest_wait() if pool is not None else None
+        waiting = pool.queue.queued if pool is not None else 0
+        oldest = pool.queue.oldest_wait() if pool is not None else None
         if remote_want is not None and remote_want[1] is not None:  # other replicas' waiting requests
             waiting += remote_want[0]
             oldest = remote_want[1] if oldest is None else min(oldest, remote_want[1])
@@ -91,7 +91,7 @@ class Managed:
             oldest = self.wanted_at if oldest is None else min(oldest, self.wanted_at)
         return policy.Unit(
             name=self.name, state=self.state, uses=self.run.uses,
-            held=pool.busy() if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
+            held=pool.in_use if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
             last_used=max(self.last_used, remote_used), idle_ttl_s=self.idle_ttl_s, retry_at=self.retry_at,
             wanted=self.wanted_at is not None, evict=self.evict,
         )
@@ -104,7 +104,7 @@ class Managed:
         if self.remote is not None:  # a follower: the leader's word, and where it runs
             return {**self.remote, "name": self.name, "managed": True, "state": self.state.value,
                     "in_use": self.pool.in_use if self.pool is not None else 0,
-                    "waiting": self.pool.waiting() if self.pool is not None else 0}
+                    "waiting": self.pool.queue.queued if self.pool is not None else 0}
         return {
             "name": self.name, "managed": True, "state": self.state.value, "since": self.since,
             "pid": self.child.pid if self.child is not None and self.child.running else None,
@@ -114,14 +114,38 @@ class Managed:
             "error": self.error, "uses": dict(self.run.uses), "unload": self.run.unload,
             "idle_ttl_s": self.idle_ttl_s,
             "in_use": self.pool.in_use if self.pool is not None else 0,
-            "waiting": self.pool.waiting() if self.pool is not None else 0,
+            "waiting": self.pool.queue.queued if self.pool is not None else 0,
             "retry_in_s": round(max(0.0, self.retry_at - time.monotonic()), 1) if self.retry_at else None,
         }
 
 
+class Door:
+    """The gate (admission.slots.Gate) on a managed backend's queue: it admits what the policy
+    admits, refuses at once during a failed start's back-off, and tells the fleet of every change
+    in demand or use."""
+
+    __slots__ = ("fleet", "name")
+
+    def __init__(self, fleet: "Fleet", name: str) -> None:
+        self.fleet = fleet
+        self.name = name
+
+    def admits(self) -> bool:
+        return self.fleet.admits(self.name)
+
+    def refusal(self) -> GatewayError | None:
+        return self.fleet.refusal(self.name)
+
+    def changed(self) -> None:
+        self.fleet.touched(self.name)
+        self.fleet.kick()
+
+    def load_s(self) -> float:
+        return self.fleet.load_eta_s(self.name)
+
+
 class Fleet:
-    def __init__(self, record_for: Callable[[asyncio.Task | None], Record | None]) -> None:
-        self._record_for = record_for
+    def __init__(self) -> None:
         self.units: dict[str, Managed] = {}
         self.resources: dict[str, float] = {}
         self.policy = "batch"
@@ -136,11 +160,9 @@ class Fleet:
         self._closing = False
         # metrics: what happened (read by ops/metrics.py at scrape time)
         self.starts: Counter[tuple[str, str]] = Counter()  # (backend, outcome) outcome: ok|exit|timeout|error
-        self.start_hist: dict[str, list[float]] = {}  # backend -> start durations (bounded histogram below)
         self.start_buckets: dict[str, list[int]] = {}
         self.start_sum: dict[str, float] = {}
         self.swaps: Counter[str] = Counter()  # backend stopped to make room for another
-        self.load_wait_s: Counter[str] = Counter()  # seconds requests spent waiting for a load
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -170,22 +192,26 @@ class Fleet:
                 u.removed = u.evict = u.stale = True
         self.kick()
 
-    def wrap(self, name: str, inner: Any) -> Any:
-        """The pool a backend's state holds: the gate around `inner` for a managed backend."""
+    def attach(self, name: str, pool: SlotStore) -> None:
+        """A backend's slot pool: a managed backend's queue gets its Door (admission follows the
+        policy), any other's none (it always admits)."""
         u = self.units.get(name)
         if u is None or u.removed:
-            return inner
-        if u.pool is None or u.pool.inner is not inner:
-            u.pool = ManagedPool(name, inner, self)
-        return u.pool
+            pool.queue.gate = None
+            return
+        u.pool = pool
+        if not isinstance(pool.queue.gate, Door):
+            pool.queue.gate = Door(self, name)
+        pool.queue.set_loading(u.state is State.STARTING)
+
+    @property
+    def load_wait_s(self) -> dict[str, float]:
+        """Seconds requests spent waiting for each backend to load (metrics)."""
+        return {name: u.pool.queue.load_wait_s for name, u in self.units.items() if u.pool is not None}
 
     def _changed(self, name: str, state: State) -> None:
         if self.on_change is not None:
             self.on_change(name, state)
-
-    @staticmethod
-    def unwrap(pool: Any) -> Any:
-        return pool.inner if isinstance(pool, ManagedPool) else pool
 
     def managed(self, name: str) -> bool:
         u = self.units.get(name)
@@ -195,22 +221,27 @@ class Fleet:
         u = self.units.get(name)
         return u is not None and u.state is State.READY
 
-    # -- gate.Host ----------------------------------------------------------------------------
+    # -- what a Door asks ---------------------------------------------------------------------
 
     def admits(self, name: str) -> bool:
         u = self.units.get(name)
         if u is None:
             return True
         if u.state is not State.READY or u.evict:
-            return False
-        if self.policy != "fifo":
-            return True
-        views = [m.view() for m in self.units.values()]
-        return policy.admits(u.view(), views, "fifo")
+            return False  # policy.admits says the same; asked first, as the cheap common answer
+        views = [m.view() for m in self.units.values()] if self.policy == "fifo" else ()
+        return policy.admits(u.view(), views, self.policy)
 
-    def loading(self, name: str) -> bool:
+    def load_eta_s(self, name: str) -> float:
+        """How long until `name` admits, as far as its starts tell: its last start's time (its
+        start timeout before the first), less what the start under way has already taken."""
         u = self.units.get(name)
-        return u is not None and u.state is State.STARTING
+        if u is None:
+            return 0.0
+        usual = u.last_start_s if u.last_start_s is not None else u.run.start_timeout_s
+        if u.state is State.STARTING:
+            return max(0.0, usual - (time.time() - u.since))
+        return usual
 
     @property
     def follower(self) -> bool:
@@ -235,16 +266,10 @@ class Fleet:
     def kick(self) -> None:
         self._kick.set()
 
-    def record_for(self, task: asyncio.Task | None) -> Record | None:
-        return self._record_for(task)
-
     def touched(self, name: str) -> None:
         u = self.units.get(name)
         if u is not None:
             u.last_used = time.monotonic()
-
-    def waited_loading(self, name: str, seconds: float) -> None:
-        self.load_wait_s[name] += seconds
 
     # -- operator -----------------------------------------------------------------------------
 
@@ -348,7 +373,7 @@ class Fleet:
     def step(self) -> float | None:
         """One round: decide, perform, admit. -> when to look again without an event."""
         if self.follower:
-            self._grant()  # the leader decides; here the gates follow its published states
+            self._grant()  # the leader decides; here the queues follow its published states
             return None
         self.watch_exits()
         for name, u in list(self.units.items()):
@@ -360,7 +385,8 @@ class Fleet:
             elif u.removed and u.state not in policy.HOLDING:
                 del self.units[name]
                 if u.pool is not None:
-                    u.pool.fail_all(GatewayError("backend_down", f"backend {name!r} was removed from the config"))
+                    u.pool.queue.fail_all(GatewayError("backend_down", f"backend {name!r} was removed from the config"))
+                    u.pool.queue.gate = None
         self._grant()  # what may be admitted is, first: a unit just ready serves before it is judged
         now = time.monotonic()
         wants = self.coord.remote_wants if self.coord is not None else {}
@@ -393,7 +419,7 @@ class Fleet:
             if u.state is State.DRAINING:
                 u.set(State.READY)
         elif isinstance(a, policy.Stop):
-            if u.busy is not None or (u.pool is not None and u.pool.busy()):
+            if u.busy is not None or (u.pool is not None and u.pool.in_use):
                 return
             if a.reason == "evict":
                 self.swaps[u.name] += 1
@@ -444,7 +470,8 @@ class Fleet:
             u.set(State.FAILED)
             log.warning("%s", u.error)
             if u.pool is not None:
-                u.pool.fail_all(GatewayError("backend_down", u.error, status=503, retry_after=max(1.0, round(backoff))))
+                u.pool.queue.fail_all(GatewayError("backend_down", u.error, status=503,
+                                                   retry_after=max(1.0, round(backoff))))
         self._loading_changed(u)
         self.kick()
 
@@ -510,7 +537,7 @@ class Fleet:
 
     def _loading_changed(self, u: Managed) -> None:
         if u.pool is not None:
-            u.pool.loading_changed()
+            u.pool.queue.set_loading(u.state is State.STARTING)
 
     def _observe_start(self, name: str, took: float) -> None:
         buckets = self.start_buckets.setdefault(name, [0] * len(START_BUCKETS))

@@ -154,7 +154,7 @@ def admits(unit: Unit, units: Sequence[Unit], policy: str = "batch") -> bool:
 
 def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
            policy: str = "batch", swap_after_s: float = 20.0) -> Plan:
-    """The actions for now. Call it after the gates have admitted what `admits` lets in: a unit
+    """The actions for now. Call it after the queues have admitted what `admits` lets in: a unit
     that has just become ready then holds the slots of its first requests and can be drained,
     not stopped, so every start serves at least one batch (without that order, two backends
     that each had a request waiting could evict each other forever, serving nobody)."""

@@ -13,7 +13,7 @@ from .outcome import FAILED, OK, STALLED, outcome_of
 
 # Phases, in order. A request that is cancelled records the phase it was in.
 QUEUED = "queued"  # waiting for a slot
-LOADING = "loading"  # waiting for its managed backend to start (lifecycle/gate.py sets it)
+LOADING = "loading"  # waiting for its managed backend to start (admission/slots.py sets it)
 CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
 FIRST_TOKEN = "first_token"  # headers in, waiting for the first generated token
 STREAMING = "streaming"  # tokens flowing to the client
