@@ -18,6 +18,13 @@ from .lifecycle import surface
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Alive. A usage ledger that cannot write (or whose writer died) makes it `degraded`, with
+    the reason: the gateway still serves, so a liveness probe must not restart it for that."""
+    gw: Gateway = request.app[GATEWAY]
+    if gw.usage is not None:
+        usage = gw.usage.health()
+        if not usage.get("ok", True):
+            return web.json_response({"status": "degraded", "usage": usage})
     return web.json_response({"status": "ok"})
 
 

@@ -38,6 +38,7 @@ STATES_KEY = "hlf:lc:states"
 WANT_KEY = "hlf:lc:want"
 POLL_S = 0.25
 WANT_STALE_S = 2.0
+LOG_EVERY_S = 30.0  # a Redis failure that goes on is said again this often
 
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -68,10 +69,29 @@ class Coordinator:
         self._release = client.register_script(RELEASE)
         self._renewed_at: float | None = None  # monotonic time the last successful renewal was sent
         self._task: asyncio.Task | None = None
+        self._failures = 0  # rounds failed in a row (Redis unreachable): logged, rate-limited
+        self._failing_since: float | None = None
+        self._logged_at: float | None = None
 
-    async def forget_wants(self, names: list[str]) -> None:
-        if names:
-            await self.client.hdel(WANT_KEY, *[f"{self.replica}|{n}" for n in names])
+    def _failed(self, exc: BaseException) -> None:
+        """A round failed: said at WARNING, then at most once per LOG_EVERY_S while it goes on."""
+        now = time.monotonic()
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        if self._logged_at is None or now - self._logged_at >= LOG_EVERY_S:
+            log.warning("lifecycle cluster: cannot reach Redis or read its answer (%s: %s)%s",
+                        type(exc).__name__, exc,
+                        f"; {self._failures} failed rounds in {now - self._failing_since:.0f} s"
+                        if self._failures > 1 else "")
+            self._logged_at = now
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.warning("lifecycle cluster: Redis answers again after %.1f s (%d failed rounds)",
+                        time.monotonic() - self._failing_since, self._failures)
+        self._failing_since = self._logged_at = None
+        self._failures = 0
 
     def start(self, fleet: Any) -> None:
         if self._task is None:
@@ -86,10 +106,11 @@ class Coordinator:
                     await self._lead(fleet)
                     next_renew = now + self.lease_s / 3
                 await self._exchange(fleet)
+                self._recovered()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis unreachable, or an answer we did not expect
-                log.debug("lifecycle cluster: %s", exc)
+                self._failed(exc)
                 if self.leader and (self._renewed_at is None
                                     or time.monotonic() - self._renewed_at > self.lease_s * 0.8):
                     self._lose(fleet, f"cannot renew the lease ({exc})")
