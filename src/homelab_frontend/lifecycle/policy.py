@@ -10,10 +10,10 @@ A managed backend (`run:` in the config) is a unit in one of seven states:
 `resources`, the slots it holds, the requests waiting for it and since when) and returns the
 actions to take now, plus the moment the answer could change on its own (an idle TTL running
 out, a wait becoming overdue, a back-off ending) so the caller knows when to ask again. It owns
-no clock, no process and no socket: `manager.py` performs what it decides and calls it again on
-every event (a request arriving or ending, a server ready or exited). That split is llama-swap's
-(its scheduler apart from its process handling); it is what lets tests/unit/lifecycle drive the
-policy through thousands of generated situations without a process.
+no clock, no process and no socket: `fleet.py` performs what it decides (moving each unit through
+machine.py's table) and calls it again on every event (a request arriving or ending, a server
+ready or exited). Deciding apart from doing is what lets tests/unit/lifecycle drive the policy
+through thousands of generated situations without a process.
 
 The rules (what the issue calls "don't swap a model out while a long job runs on it" and
 "queue to cut swap thrash"):
