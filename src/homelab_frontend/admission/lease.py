@@ -30,21 +30,35 @@ class Holder(Protocol):
 
 
 class Lease:
-    """One held slot. `member` names it in a shared store (redis_leases.py); `valid_from` is the
-    loop time the last take or renewal covering it was sent (the lease ends no earlier than
-    valid_from + lease_s); `bound` is set once the slot is the request's; `fenced` once the
-    request was stopped for a lease that could not be vouched for."""
+    """One held slot, for `holder`; `released` once given back (a second release is a no-op).
+    Kept small: the in-process store makes one per request on the hot path."""
 
-    __slots__ = ("holder", "member", "valid_from", "bound", "fenced", "released")
+    __slots__ = ("holder", "released")
 
-    def __init__(self, holder: Holder | None, member: str = "", valid_from: float = 0.0) -> None:
+    def __init__(self, holder: Holder | None) -> None:
         self.holder = holder
-        self.member = member
-        self.valid_from = valid_from
-        self.bound = True
-        self.fenced = False
         self.released = False
 
     def __repr__(self) -> str:
         who = self.holder.id if self.holder is not None else "?"
-        return f"<Lease {self.member or 'local'} for {who}{' released' if self.released else ''}>"
+        return f"<Lease for {who}{' released' if self.released else ''}>"
+
+
+class SharedLease(Lease):
+    """A slot held in a store shared between replicas (redis_leases.py). `member` names it there;
+    `valid_from` is the loop time the last take or renewal covering it was sent (the lease ends no
+    earlier than valid_from + lease_s); `bound` is set once the slot is the request's; `fenced`
+    once the request was stopped for a lease that could not be vouched for."""
+
+    __slots__ = ("member", "valid_from", "bound", "fenced")
+
+    def __init__(self, holder: Holder | None, member: str, valid_from: float) -> None:
+        super().__init__(holder)
+        self.member = member
+        self.valid_from = valid_from
+        self.bound = False
+        self.fenced = False
+
+    def __repr__(self) -> str:
+        who = self.holder.id if self.holder is not None else "?"
+        return f"<Lease {self.member} for {who}{' released' if self.released else ''}>"

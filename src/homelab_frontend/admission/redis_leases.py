@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .lease import Holder, Lease
+from .lease import Holder, Lease, SharedLease
 from .redis_scripts import ACQUIRE, RELEASE, RENEW, VIEW
 from .slots import QueueFront, WaitQueue, _Waiter
 
@@ -441,7 +441,7 @@ class RedisSlotPool(QueueFront):
         self.key = leases_key(name)
         self.channel = free_channel(name)
         self.holders: Counter[str] = Counter()  # replica -> slots, as last seen
-        self._held: dict[str, Lease] = {}  # member -> lease; what this replica renews
+        self._held: dict[str, SharedLease] = {}  # member -> lease; what this replica renews
         self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
         self._wake = asyncio.Event()
         self._granter: asyncio.Task | None = None
@@ -453,7 +453,7 @@ class RedisSlotPool(QueueFront):
 
     # -- what the registry asks ---------------------------------------------------------------
 
-    def leases(self) -> list[Lease]:
+    def leases(self) -> list[SharedLease]:
         return list(self._held.values())
 
     def members(self) -> list[str]:
@@ -505,8 +505,9 @@ class RedisSlotPool(QueueFront):
             return
         lease.released = True
         self.queue.note_hold(held_s)
-        if self._held.get(lease.member) is lease:
-            self._drop(lease.member)
+        member = getattr(lease, "member", None)
+        if member is not None and self._held.get(member) is lease:
+            self._drop(member)
             self.in_use = max(0, self.in_use - 1)
         self._wake.set()
         self.queue.changed()
@@ -534,11 +535,10 @@ class RedisSlotPool(QueueFront):
             member = f"{member}-{next(self._seq)}"
         return member
 
-    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None) -> Lease | None:
+    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None) -> SharedLease | None:
         """One try in Redis -> the lease now held, or None when full (or the waiter left)."""
         member = self._member(holder)
-        lease = self._held[member] = Lease(holder, member, asyncio.get_running_loop().time())
-        lease.bound = False
+        lease = self._held[member] = SharedLease(holder, member, asyncio.get_running_loop().time())
         try:
             taken, n = await self.reg.take(self, member)
         except BaseException:
@@ -596,7 +596,7 @@ class RedisSlotPool(QueueFront):
                                   "replica has taken the slot since")
         self.seen(live)
 
-    def fence(self, lease: Lease, why: str) -> None:
+    def fence(self, lease: SharedLease, why: str) -> None:
         """Stop the request holding `lease`: this replica can no longer vouch for its slot."""
         if lease.fenced or lease.released:
             return
