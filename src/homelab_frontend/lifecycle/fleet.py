@@ -115,8 +115,6 @@ class Fleet(Effects, OperatorApi, Following):
         u = self.units.get(name)
         if u is None:
             return True
-        if u.state is not State.READY or u.evict:
-            return False  # policy.admits says the same; asked first, as the cheap common answer
         views = [m.view() for m in self.units.values()] if self.policy == "fifo" else ()
         return policy.admits(u.view(), views, self.policy)
 

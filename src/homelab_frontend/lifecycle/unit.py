@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import Callable, Protocol
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
@@ -19,9 +19,6 @@ from .logring import LogRing
 from .machine import Event, Goal, next_state
 from .policy import State
 from .process import describe_status
-
-if TYPE_CHECKING:
-    from .fleet import Fleet
 
 log = logging.getLogger("homelab_frontend.lifecycle")
 
@@ -141,6 +138,20 @@ class Managed:
         }
 
 
+class Admitter(Protocol):
+    """What a Door asks of the fleet (fleet.Fleet)."""
+
+    def admits(self, name: str) -> bool: ...
+
+    def refusal(self, name: str) -> GatewayError | None: ...
+
+    def touched(self, name: str) -> None: ...
+
+    def kick(self) -> None: ...
+
+    def load_eta_s(self, name: str) -> float: ...
+
+
 class Door:
     """The gate (admission.slots.Gate) on a managed backend's queue: it admits what the policy
     admits, refuses at once during a failed start's back-off, and tells the fleet of every change
@@ -148,7 +159,7 @@ class Door:
 
     __slots__ = ("fleet", "name")
 
-    def __init__(self, fleet: "Fleet", name: str) -> None:
+    def __init__(self, fleet: Admitter, name: str) -> None:
         self.fleet = fleet
         self.name = name
 
