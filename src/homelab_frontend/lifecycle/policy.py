@@ -193,7 +193,9 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
             plan.wake(u.retry_at)
             continue
         candidates.append(u)
-    candidates.sort(key=lambda u: (u.oldest_wait if u.oldest_wait is not None else now, u.name))
+    # oldest wait first; between equals, the one served least recently (else the unit just
+    # evicted for another, whose queue is as old, would win the room back at once, forever)
+    candidates.sort(key=lambda u: (u.oldest_wait if u.oldest_wait is not None else now, u.last_used, u.name))
 
     victims: dict[str, str] = {}  # victim -> the unit it makes room for
     for c in candidates:
