@@ -1,0 +1,271 @@
+"""The process supervisor (lifecycle/supervisor.py) with real process trees: a server that forks,
+a child that calls setsid, a daemon that double-forks. Judged by /proc (tests/proctree.py): when
+the gateway's pipe closes, or the gateway is SIGKILLed, no process of the tree is left within a
+few seconds; a graceful stop is exactly one SIGTERM; the server's own exit status is reported."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from homelab_frontend.lifecycle.logring import LogRing
+from homelab_frontend.lifecycle.process import SUPERVISOR, Child
+from proctree import cmdline, start_time, survivors, tree, wait_all_gone
+
+GONE_WITHIN_S = 5.0  # "within a few seconds"; the figures printed are what it took
+
+# The server: records every process of its tree in a file, as "tag pid". Besides itself, a plain
+# child (in its process group, ignoring SIGTERM), a child in a session of its own, and a daemon
+# (setsid, double fork: orphaned at once, ignoring SIGTERM). Then it counts the SIGTERMs it gets;
+# `stubborn` never exits on them, `cooperative` exits 0 on the first, `exit3` exits 3 at once.
+TREE = textwrap.dedent("""
+    import os, signal, sys, time
+    out, mode = sys.argv[1], sys.argv[2]
+    def record(tag):
+        with open(out, "a") as f:
+            f.write(f"{tag} {os.getpid()}\\n")
+    def forever():
+        while True:
+            time.sleep(60)
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN); record("child"); forever()
+    if os.fork() == 0:
+        os.setsid(); record("setsid"); forever()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN); record("daemon"); forever()
+        os._exit(0)
+    n = 0
+    def on_term(*_):
+        global n
+        n += 1
+        print(f"SIGTERM {n}", flush=True)
+        if mode == "cooperative":
+            sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    while not os.path.exists(out) or sum(1 for _ in open(out)) < 3:
+        time.sleep(0.01)
+    record("server")
+    print("up", flush=True)
+    if mode == "exit3":
+        sys.exit(3)
+    forever()
+""")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(tmp_path):
+    """Should the supervisor fail, the test's tree still goes (other helpers share the machine)."""
+    yield
+    try:
+        lines = (tmp_path / "tree").read_text().splitlines()
+    except FileNotFoundError:
+        return
+    for line in lines:
+        pid = int(line.split()[1])
+        if str(tmp_path) in cmdline(pid):  # that very tree's process (its argv names the file)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def recorded(path, n: int = 4, timeout: float = 30.0) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lines = path.read_text().splitlines()
+        except FileNotFoundError:
+            lines = []
+        if len(lines) >= n:
+            return {tag: int(pid) for tag, pid in (line.split() for line in lines)}
+        assert time.monotonic() < deadline, f"the tree did not come up: {lines}"
+        time.sleep(0.02)
+
+
+def ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def supervise(tmp_path, mode: str) -> tuple[subprocess.Popen, int, dict[str, int]]:
+    """The supervisor run as the gateway runs it, its pipes held by the test."""
+    out = tmp_path / "tree"
+    sup = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR, "--", sys.executable, "-c", TREE, str(out), mode],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    line = sup.stdout.readline().decode()
+    assert line.startswith("pid "), line
+    return sup, int(line.split()[1]), recorded(out)
+
+
+def test_the_pipe_closing_kills_the_whole_tree_setsid_and_double_fork_included(tmp_path):
+    sup, server, pids = supervise(tmp_path, "stubborn")
+    try:
+        assert pids["server"] == server
+        # the subreaper at work: the double-forked daemon's parent is the supervisor, not init
+        assert ppid(pids["daemon"]) == sup.pid
+        procs = tree(sup.pid)
+        assert set(pids.values()) <= set(procs) and len(procs) == 4 and survivors(procs) == sorted(procs)
+        sup.stdin.close()  # what the kernel does when the gateway dies
+        took = wait_all_gone(procs, GONE_WITHIN_S)
+        assert sup.wait(GONE_WITHIN_S) == 0
+        print(f"tree of {len(procs)} gone {took:.3f} s after the pipe closed")
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+
+
+def test_a_gateway_killed_by_sigkill_leaves_no_process_of_the_tree(tmp_path):
+    # a gateway-like parent: an event loop (and a thread, as the real gateway has) spawning a Child
+    out = tmp_path / "tree"
+    script = textwrap.dedent(f"""
+        import asyncio, sys, threading
+        from homelab_frontend.lifecycle.process import Child
+        from homelab_frontend.lifecycle.logring import LogRing
+        async def main():
+            threading.Thread(target=lambda: __import__("time").sleep(600), daemon=True).start()
+            Child([sys.executable, "-c", {TREE!r}, {str(out)!r}, "stubborn"], {{}}, None, LogRing())
+            await asyncio.sleep(600)
+        asyncio.run(main())
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        pids = recorded(out)
+        procs = tree(parent.pid)
+        assert set(pids.values()) <= set(procs) and len(procs) == 5  # the supervisor and the four
+        assert survivors(procs) == sorted(procs)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        took = wait_all_gone(procs, GONE_WITHIN_S)
+        print(f"tree of {len(procs)} gone {took:.3f} s after the gateway's SIGKILL")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def test_a_graceful_stop_is_exactly_one_sigterm_then_sigkill_of_the_tree(tmp_path):
+    async def go():
+        ring = LogRing()
+        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "stubborn"], {}, None, ring)
+        pids = await asyncio.to_thread(recorded, tmp_path / "tree")
+        procs = tree(os.getpid())
+        procs = {p: s for p, s in procs.items() if p in pids.values() or p == child.pid}
+        while "up" not in ring.tail(5):
+            await asyncio.sleep(0.02)
+        t0 = time.monotonic()
+        codes = await asyncio.gather(child.stop(1.0), child.stop(1.0))  # two stops: still one SIGTERM
+        took = time.monotonic() - t0
+        left = survivors(procs)  # at once: `exited` means the tree is gone
+        await asyncio.sleep(0.1)
+        return codes, took, left, ring.tail(20), child.pid, pids
+    codes, took, left, tail, pid, pids = asyncio.run(go())
+    assert pid == pids["server"]
+    assert codes == [-signal.SIGKILL] * 2 and took >= 1.0
+    assert left == []
+    assert tail.count("SIGTERM 1") == 1 and not any(line.startswith("SIGTERM 2") for line in tail), tail
+    assert any("no exit 1 s after SIGTERM: SIGKILL" in line for line in tail)
+
+
+def test_a_cooperative_server_exits_on_the_sigterm_and_what_it_left_is_killed(tmp_path):
+    async def go():
+        ring = LogRing()
+        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "cooperative"], {}, None, ring)
+        pids = await asyncio.to_thread(recorded, tmp_path / "tree")
+        procs = {p: start_time(p) for p in pids.values()}
+        while "up" not in ring.tail(5):
+            await asyncio.sleep(0.02)
+        code = await child.stop(30)
+        left = survivors(procs)
+        await asyncio.sleep(0.1)
+        return code, left, ring.tail(20)
+    code, left, tail = asyncio.run(go())
+    assert code == 0 and left == []  # its own status: it exited 0 on the SIGTERM
+    assert tail.count("SIGTERM 1") == 1
+    assert "-- gateway: supervisor: killed 3 process(es) the server left behind" in tail
+
+
+def test_the_servers_own_exit_status_is_reported_and_its_leftovers_go(tmp_path):
+    async def go():
+        ring = LogRing()
+        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "exit3"], {}, None, ring)
+        code = await child.exited
+        pids = {p: start_time(p) for p in recorded(tmp_path / "tree").values()}
+        return code, survivors({p: s for p, s in pids.items() if s is not None})
+    code, left = asyncio.run(go())
+    assert code == 3 and left == []
+
+
+def test_a_server_killed_from_outside_is_reported_as_killed_by_that_signal():
+    async def go():
+        child = Child(["sleep", "60"], {}, None, LogRing())
+        os.kill(child.pid, signal.SIGKILL)
+        return await child.exited
+    assert asyncio.run(go()) == -signal.SIGKILL
+
+
+def test_a_supervisor_killed_by_sigkill_takes_the_server_with_it():
+    # not the gateway dying: the supervisor itself, which should never happen; the server's
+    # parent-death signal still ends it, and the gateway says what it knows
+    async def go():
+        ring = LogRing()
+        child = Child(["sleep", "60"], {}, None, ring)
+        server = {child.pid: start_time(child.pid)}
+        os.kill(child._sup.pid, signal.SIGKILL)
+        code = await child.exited
+        took = await asyncio.to_thread(wait_all_gone, server, GONE_WITHIN_S)
+        return code, took, ring.tail(3)
+    code, _, tail = asyncio.run(go())
+    assert code == -signal.SIGKILL
+    assert any("the process supervisor ended without the server's status" in line for line in tail)
+
+
+def test_a_program_that_cannot_run_raises_as_popen_does(tmp_path):
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+
+    async def go(argv):
+        try:
+            Child(argv, {}, None, LogRing())
+        except OSError as err:
+            return err
+    missing = asyncio.run(go(["no-such-program-hlf"]))
+    assert isinstance(missing, FileNotFoundError) and missing.filename == "no-such-program-hlf"
+    assert isinstance(asyncio.run(go([str(script)])), PermissionError)
+    # and PATH is the server's environment's, as Popen reads it
+    async def from_path():
+        child = Child(["hlf-here"], {"PATH": str(tmp_path)}, None, LogRing())
+        return await child.exited
+    (tmp_path / "hlf-here").write_text("#!/bin/sh\nexit 7\n")
+    (tmp_path / "hlf-here").chmod(0o755)
+    assert asyncio.run(from_path()) == 7
+
+
+@pytest.mark.parametrize("word", ["kill", ""])
+def test_the_supervisor_answers_kill_and_end_of_file_alike(tmp_path, word):
+    sup, server, pids = supervise(tmp_path, "stubborn")
+    try:
+        procs = tree(sup.pid)
+        if word:
+            sup.stdin.write(word.encode() + b"\n")
+            sup.stdin.flush()
+        else:
+            sup.stdin.close()
+        wait_all_gone(procs, GONE_WITHIN_S)
+        rest = sup.stdout.read().decode().split("\n")
+        assert sup.wait(GONE_WITHIN_S) == 0
+        assert f"exit {-signal.SIGKILL}" in rest
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
