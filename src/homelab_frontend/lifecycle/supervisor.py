@@ -18,8 +18,10 @@ PYTHONPATH, say) cannot break it and it starts in tens of milliseconds. Its file
 
 The server is the supervisor's child, in a session and process group of its own (a Ctrl-C in the
 gateway's terminal reaches the gateway only; a graceful stop signals the group). Whenever the
-server's process ends, for whatever reason, what is left of its tree is killed before `exit` is
-reported: a stopped backend leaves nothing behind that holds its port or its memory.
+server's process ends, what is left of its tree is killed before `exit` is reported, so a stopped
+backend leaves nothing behind that holds its port or its memory. During a stop, though, the
+other members of the server's group got the SIGTERM too and may finish their shutdown first (a
+wrapper shell dies at once, the server it started takes its time) until the gateway's `kill`.
 
 Why a subreaper and a pipe:
 - `PR_SET_CHILD_SUBREAPER` makes every orphan of the tree (a wrapper script's background server,
@@ -64,6 +66,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 KILL_GIVE_UP_S = 30.0  # a process in uninterruptible sleep may take long to die; not forever
 KILL_ROUND_S = 0.02
+GROUP_POLL_S = 0.05
 
 CTL, STATUS, LOG = 0, 1, 2
 
@@ -80,30 +83,30 @@ def _prctl():
 
 # -- the tree, by /proc ------------------------------------------------------------------------
 
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """(ppid, state, starttime) of a process, None when it is gone."""
+def _stat(pid: int) -> tuple[int, str, int, int] | None:
+    """(ppid, state, process group, starttime) of a process, None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return None
-    return int(fields[1]), fields[0].decode(), int(fields[19])
+    return int(fields[1]), fields[0].decode(), int(fields[2]), int(fields[19])
 
 
-def descendants(root: int) -> dict[int, tuple[str, int]]:
-    """Every process below `root` by parent links: pid -> (state, starttime)."""
+def descendants(root: int) -> dict[int, tuple[str, int, int]]:
+    """Every process below `root` by parent links: pid -> (state, process group, starttime)."""
     children: dict[int, list[int]] = {}
-    info: dict[int, tuple[str, int]] = {}
+    info: dict[int, tuple[str, int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         st = _stat(int(entry))
         if st is None:
             continue
-        ppid, state, start = st
+        ppid, state, pgrp, start = st
         children.setdefault(ppid, []).append(int(entry))
-        info[int(entry)] = (state, start)
-    out: dict[int, tuple[str, int]] = {}
+        info[int(entry)] = (state, pgrp, start)
+    out: dict[int, tuple[str, int, int]] = {}
     todo = list(children.get(root, ()))
     while todo:
         pid = todo.pop()
@@ -123,7 +126,7 @@ def _kill_exact(pid: int, start: int, sig: int) -> None:
         return
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): the plain kill's tiny race
         st = _stat(pid)
-        if st is not None and st[2] == start:
+        if st is not None and st[3] == start:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -131,7 +134,7 @@ def _kill_exact(pid: int, start: int, sig: int) -> None:
         return
     try:
         st = _stat(pid)
-        if st is not None and st[2] == start:
+        if st is not None and st[3] == start:
             signal.pidfd_send_signal(fd, sig)
     except ProcessLookupError:
         pass
@@ -149,6 +152,7 @@ class Supervisor:
         self.status: int | None = None  # the server's, as subprocess says it (negative: signal)
         self.term_sent = False
         self.gateway_gone = False
+        self.killed: set[tuple[int, int]] = set()  # (pid, start time) of what it killed besides the server
         self.prctl = _prctl()
 
     def send(self, line: str) -> None:
@@ -228,24 +232,30 @@ class Supervisor:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def kill_tree(self) -> int:
+    def kill_tree(self) -> None:
         """SIGKILL every process below the supervisor, round after round until none is left, each
-        reaped; the number of processes killed besides the server."""
-        killed: set[tuple[int, int]] = set()
+        reaped."""
         give_up = time.monotonic() + KILL_GIVE_UP_S
         while True:
             self.signal_group(signal.SIGKILL)
-            live = {pid: start for pid, (state, start) in descendants(self.me).items() if state not in ("Z", "X")}
+            live = {pid: start for pid, (state, _, start) in descendants(self.me).items() if state not in ("Z", "X")}
             for pid, start in live.items():
                 _kill_exact(pid, start, signal.SIGKILL)
                 if pid != self.server:
-                    killed.add((pid, start))
+                    self.killed.add((pid, start))
             if not self.reap() and not live:
-                return len(killed)
+                return
             if time.monotonic() > give_up:
                 self.note(f"gave up after {KILL_GIVE_UP_S:g} s: still alive: {sorted(live)}")
-                return len(killed)
+                return
             time.sleep(KILL_ROUND_S)
+
+    def group_alive(self) -> bool:
+        """Some process of the server's group still runs: during a stop they got the SIGTERM
+        with it, and may finish their shutdown (a wrapper shell dies at once; the server it
+        started, in its group, takes its time) until the gateway's `kill`."""
+        return any(pgrp == self.server and state not in ("Z", "X")
+                   for state, pgrp, _ in descendants(self.me).values())
 
     def on_control(self, data: bytes) -> None:
         for word in data.decode("ascii", "replace").split():
@@ -267,8 +277,12 @@ class Supervisor:
         try:
             if self.spawn() is None:
                 return 0
-            while self.status is None and not stop and not self.gateway_gone:
-                ready, _, _ = select.select([CTL, wake_r], [], [], 1.0)
+            while not stop and not self.gateway_gone:
+                if self.status is not None and not (self.term_sent and self.group_alive()):
+                    break
+                # a stopping group's members are not our children: their exits wake nobody here
+                wait_s = 1.0 if self.status is None else GROUP_POLL_S
+                ready, _, _ = select.select([CTL, wake_r], [], [], wait_s)
                 if wake_r in ready:
                     os.read(wake_r, 512)
                 if CTL in ready:
@@ -279,9 +293,9 @@ class Supervisor:
                         self.on_control(data)
                 self.reap()
         finally:
-            n = self.kill_tree()  # whatever ended the loop: nothing of the tree stays
-        if n and not self.gateway_gone:
-            self.note(f"killed {n} process(es) the server left behind")
+            self.kill_tree()  # whatever ended the loop: nothing of the tree stays
+        if self.killed and not self.gateway_gone:
+            self.note(f"killed {len(self.killed)} process(es) the server left behind")
         if stop and self.status is None:
             self.status = -stop[0]
         self.send(f"exit {self.status if self.status is not None else -signal.SIGKILL}")

@@ -161,7 +161,7 @@ def test_a_graceful_stop_is_exactly_one_sigterm_then_sigkill_of_the_tree(tmp_pat
         pids = await asyncio.to_thread(recorded, tmp_path / "tree")
         procs = tree(os.getpid())
         procs = {p: s for p, s in procs.items() if p in pids.values() or p == child.pid}
-        while "up" not in ring.tail(5):
+        while "up" not in ring.lines:  # a whole line: a partial one may be cut by the SIGTERM handler's print
             await asyncio.sleep(0.02)
         t0 = time.monotonic()
         codes = await asyncio.gather(child.stop(1.0), child.stop(1.0))  # two stops: still one SIGTERM
@@ -177,22 +177,60 @@ def test_a_graceful_stop_is_exactly_one_sigterm_then_sigkill_of_the_tree(tmp_pat
     assert any("no exit 1 s after SIGTERM: SIGKILL" in line for line in tail)
 
 
-def test_a_cooperative_server_exits_on_the_sigterm_and_what_it_left_is_killed(tmp_path):
+def test_a_cooperative_server_exits_on_the_sigterm_its_group_gets_the_stop_timeout(tmp_path):
+    # the server exits 0 on the SIGTERM; its child in its group ignores it, and has until the
+    # stop timeout to finish; then it and what left the group are killed
     async def go():
         ring = LogRing()
         child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "cooperative"], {}, None, ring)
         pids = await asyncio.to_thread(recorded, tmp_path / "tree")
         procs = {p: start_time(p) for p in pids.values()}
-        while "up" not in ring.tail(5):
+        while "up" not in ring.lines:  # a whole line: a partial one may be cut by the SIGTERM handler's print
             await asyncio.sleep(0.02)
-        code = await child.stop(30)
+        t0 = time.monotonic()
+        code = await child.stop(2)
+        took = time.monotonic() - t0
+        left = survivors(procs)
+        await asyncio.sleep(0.1)
+        return code, took, left, ring.tail(20)
+    code, took, left, tail = asyncio.run(go())
+    assert code == 0 and left == []  # its own status: it exited 0 on the SIGTERM
+    assert took >= 2 and "-- gateway: no exit 2 s after SIGTERM: SIGKILL" in tail
+    assert tail.count("SIGTERM 1") == 1
+    assert "-- gateway: supervisor: killed 3 process(es) the server left behind" in tail
+
+
+def test_during_a_stop_the_servers_group_may_finish_before_the_rest_is_killed(tmp_path):
+    # a wrapper shell dies at once on the SIGTERM; the server it started (in its group) takes a
+    # moment to shut down and is not cut short; the daemon outside the group is killed
+    out = tmp_path / "tree"
+    script = textwrap.dedent(f"""
+        {sys.executable} -c 'import signal, sys, time
+        def bye(*_):
+            time.sleep(0.5); print("server: clean shutdown", flush=True); sys.exit(0)
+        signal.signal(signal.SIGTERM, bye)
+        print("server up", flush=True)
+        while True: time.sleep(1)' &
+        ( setsid sleep 3600 & echo "daemon $!" >> {out} )
+        echo "server $!" >> {out}
+        wait
+    """)
+
+    async def go():
+        ring = LogRing()
+        child = Child(["/bin/sh", "-c", script], {}, None, ring)
+        pids = await asyncio.to_thread(recorded, out, 2)
+        procs = {p: start_time(p) for p in pids.values()}
+        while "server up" not in ring.lines:
+            await asyncio.sleep(0.02)
+        code = await child.stop(10)
         left = survivors(procs)
         await asyncio.sleep(0.1)
         return code, left, ring.tail(20)
     code, left, tail = asyncio.run(go())
-    assert code == 0 and left == []  # its own status: it exited 0 on the SIGTERM
-    assert tail.count("SIGTERM 1") == 1
-    assert "-- gateway: supervisor: killed 3 process(es) the server left behind" in tail
+    assert code == -signal.SIGTERM and left == []  # sh's own status
+    assert "server: clean shutdown" in tail and not any("no exit" in line for line in tail)
+    assert "-- gateway: supervisor: killed 1 process(es) the server left behind" in tail
 
 
 def test_the_servers_own_exit_status_is_reported_and_its_leftovers_go(tmp_path):
