@@ -269,15 +269,17 @@ class Supervisor:
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        stop = []
         signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the select below
+        # Its life is the pipe's: a signal to it is ignored (caught, so that exec resets it for
+        # the server). systemd's stop SIGTERMs every process of the unit's cgroup at once; the
+        # gateway must still drain its requests on servers that run, then stop them itself.
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(sig, lambda s, _f: stop.append(s))
+            signal.signal(sig, lambda *_: None)
         self.become_subreaper()
         try:
             if self.spawn() is None:
                 return 0
-            while not stop and not self.gateway_gone:
+            while not self.gateway_gone:
                 if self.status is not None and not (self.term_sent and self.group_alive()):
                     break
                 # a stopping group's members are not our children: their exits wake nobody here
@@ -296,8 +298,6 @@ class Supervisor:
             self.kill_tree()  # whatever ended the loop: nothing of the tree stays
         if self.killed and not self.gateway_gone:
             self.note(f"killed {len(self.killed)} process(es) the server left behind")
-        if stop and self.status is None:
-            self.status = -stop[0]
         self.send(f"exit {self.status if self.status is not None else -signal.SIGKILL}")
         return 0
 

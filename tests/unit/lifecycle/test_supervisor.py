@@ -307,3 +307,21 @@ def test_the_supervisor_answers_kill_and_end_of_file_alike(tmp_path, word):
         if sup.poll() is None:
             sup.kill()
             sup.wait()
+
+
+def test_signals_to_the_supervisor_are_ignored_its_life_is_the_pipes(tmp_path):
+    # systemd's stop SIGTERMs every process of the unit's cgroup: the servers must still run while
+    # the gateway drains, and go when it says so (or dies)
+    sup, server, pids = supervise(tmp_path, "stubborn")
+    try:
+        procs = tree(sup.pid)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            sup.send_signal(sig)
+        time.sleep(0.5)
+        assert sup.poll() is None and survivors(procs) == sorted(procs)
+        sup.stdin.close()
+        wait_all_gone(procs, GONE_WITHIN_S)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
