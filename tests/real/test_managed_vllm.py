@@ -23,7 +23,10 @@ from gwproc import Gateway, config_for
 from managed import backends, port_closed, wait_state
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
-from vllmproc import SERVED, TOKEN_VAR, processes_with, require_vllm, server_args, server_env
+vllmproc = pytest.importorskip("vllmproc", reason="tests/vllmproc.py comes with branch `vllm`")
+SERVED, TOKEN_VAR = vllmproc.SERVED, vllmproc.TOKEN_VAR
+processes_with, require_vllm = vllmproc.processes_with, vllmproc.require_vllm
+server_args, server_env = vllmproc.server_args, vllmproc.server_env
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -96,6 +96,7 @@ def test_an_idle_stop_of_a_wrapped_llama_server_is_its_own_clean_shutdown(tmp_pa
             assert status == 200
             # llama-server got the one SIGTERM with its group and finished on its own (not killed)
             assert "no exit" not in text and "killed" not in text, text[-2000:]
+            assert "cleaning up before exit" in text.split("-- gateway: stopping")[-1], text[-2000:]
         finally:
             _kill(procs)
 
