@@ -98,3 +98,19 @@ def comm(pid: int) -> str:
             return f.read().strip()
     except (FileNotFoundError, ProcessLookupError):
         return ""
+
+
+def shm_of(procs: dict[int, int]) -> set[str]:
+    """The /dev/shm files the processes map (POSIX shared memory, semaphores): what a process
+    killed without its cleanup leaves in memory until reboot."""
+    out = set()
+    for pid in procs:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    path = line.split(maxsplit=5)[5].strip() if len(line.split(maxsplit=5)) == 6 else ""
+                    if path.startswith("/dev/shm/"):
+                        out.add(path.removesuffix(" (deleted)"))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return out

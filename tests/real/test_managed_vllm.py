@@ -25,10 +25,10 @@ import yaml
 
 from gwproc import Gateway, config_for
 from managed import backends, port_closed, wait_state
-from proctree import cmdline, survivors, tree, wait_all_gone
+from proctree import cmdline, shm_of, survivors, tree, wait_all_gone
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
-from vllmproc import MODEL_DIR, PYTHON, SERVED, TOKEN_VAR, processes_of, require_vllm
+from vllmproc import MODEL_DIR, PYTHON, SERVED, TEMPLATE, TOKEN_VAR, processes_of, require_vllm
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -45,7 +45,8 @@ def managed_vllm(port: int, token: str, **run) -> dict:
     example = yaml.safe_load(re.search(r"## A managed vLLM.*?```yaml\n(.*?)```", text, re.S).group(1))
     (name, backend), = example["backends"].items()
     doc_port = backend["url"].rsplit(":", 1)[1].split("/")[0]
-    sub = {"/opt/vllm/bin/python": str(PYTHON), "/models/gemma-3-270m": str(MODEL_DIR), doc_port: str(port)}
+    sub = {"/opt/vllm/bin/python": str(PYTHON), "/models/gemma-3-270m": str(MODEL_DIR),
+           "/models/gemma3.jinja": str(TEMPLATE), doc_port: str(port)}
     backend["url"] = backend["url"].replace(doc_port, str(port))
     backend["health_interval_s"] = 1
     r = backend["run"]
@@ -94,12 +95,14 @@ def vllm_log(gw) -> str:
     return text
 
 
-def gone(procs: dict[int, int], server: int, token: str, timeout: float) -> float:
+def gone(procs: dict[int, int], server: int, token: str, shm: set[str], timeout: float) -> float:
     """Seconds until no process of the tree runs: neither one of the snapshot (pid and start
-    time) nor any in the server's session or carrying its token (re-parented anywhere)."""
+    time) nor any in the server's session or carrying its token (re-parented anywhere); and the
+    shared memory it mapped is unlinked (vLLM's own cleanup, or its resource tracker's)."""
     took = wait_all_gone(procs, timeout)
     left = processes_of(server, TOKEN_VAR, token)
     assert left == [], left
+    wait_for(lambda: not [f for f in shm if os.path.exists(f)], 5, 0.05)
     return took
 
 
@@ -122,8 +125,10 @@ def test_started_by_the_first_request_answered_then_stopped_when_idle():
             view = first_request_loads_it(gw)
             assert view["state"] == "ready"
             procs, server = vllm_tree(gw)
+            shm = shm_of(procs)
+            assert shm  # vLLM's message queues between its processes
             view = wait_state(gw, "gemma", "stopped", timeout=180)
-            took = gone(procs, server, token, GONE_WITHIN_S)  # stopped means gone
+            took = gone(procs, server, token, shm, GONE_WITHIN_S)  # stopped means gone
             assert port_closed(port)
             log = vllm_log(gw)
             assert "no exit" not in log, log[-3000:]  # vLLM's own shutdown, within stop_timeout_s
@@ -136,7 +141,6 @@ def test_started_by_the_first_request_answered_then_stopped_when_idle():
 def test_sleep_a_request_waits_for_the_wake_then_no_process_outlives_the_gateways_sigkill():
     require_vllm()
     port, token = free_port(), uuid.uuid4().hex
-    shm_before = set(os.listdir("/dev/shm"))
     gw = Gateway(managed_vllm(port, token, idle_ttl_s=3, unload="sleep"))
     procs: dict[int, int] = {}
     try:
@@ -160,13 +164,15 @@ def test_sleep_a_request_waits_for_the_wake_then_no_process_outlives_the_gateway
 
         # and the gateway SIGKILLed: no process of vLLM's tree is left, the port is free
         procs, server = vllm_tree(gw)
+        names = sorted({cmdline(p).split(" --")[0][-48:] for p in procs})
+        shm = shm_of(procs)
+        assert shm
         gw.signal(signal.SIGKILL)
         gw.proc.wait(60)
-        took = gone(procs, server, token, GONE_WITHIN_S)
+        took = gone(procs, server, token, shm, GONE_WITHIN_S)
         assert port_closed(port)
-        leaked = sorted(set(os.listdir("/dev/shm")) - shm_before)
-        print(f"{len(procs)} processes ({', '.join(sorted({cmdline(p)[:40] for p in procs}))}) gone "
-              f"{took:.2f} s after the gateway's SIGKILL; /dev/shm entries left: {leaked}")
+        print(f"{len(procs)} processes ({names}) and {len(shm)} shared-memory files gone "
+              f"{took:.2f} s after the gateway's SIGKILL")
     finally:
         gw.stop()
         _kill(procs)

@@ -17,7 +17,9 @@ import pytest
 
 from homelab_frontend.lifecycle.logring import LogRing
 from homelab_frontend.lifecycle.process import SUPERVISOR, Child
+from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from proctree import cmdline, start_time, survivors, tree, wait_all_gone
+from stubproc import wait_for
 
 GONE_WITHIN_S = 5.0  # "within a few seconds"; the figures printed are what it took
 
@@ -97,11 +99,12 @@ def ppid(pid: int) -> int:
 
 
 def supervise(tmp_path, mode: str) -> tuple[subprocess.Popen, int, dict[str, int]]:
-    """The supervisor run as the gateway runs it, its pipes held by the test."""
+    """The supervisor run as the gateway runs it, its pipes held by the test (the server's log
+    in tmp_path/log)."""
     out = tmp_path / "tree"
-    sup = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR, "--", sys.executable, "-c", TREE, str(out), mode],
-                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    with open(tmp_path / "log", "wb") as log:
+        sup = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR, "--", sys.executable, "-c", TREE, str(out), mode],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     line = sup.stdout.readline().decode()
     assert line.startswith("pid "), line
     return sup, int(line.split()[1]), recorded(out)
@@ -321,6 +324,31 @@ def test_signals_to_the_supervisor_are_ignored_its_life_is_the_pipes(tmp_path):
         assert sup.poll() is None and survivors(procs) == sorted(procs)
         sup.stdin.close()
         wait_all_gone(procs, GONE_WITHIN_S)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+
+
+@pytest.mark.parametrize("stopping", [False, True])
+def test_on_the_gateways_death_each_process_gets_one_sigterm_then_sigkill(tmp_path, stopping):
+    # one SIGTERM lets a server clean up (vLLM's shared memory); never a second, even when the
+    # gateway dies during a stop that sent one; what ignores it is killed after the grace
+    sup, server, pids = supervise(tmp_path, "stubborn")
+    try:
+        procs = tree(sup.pid)
+        log = tmp_path / "log"
+        if stopping:
+            sup.stdin.write(b"term\n")
+            sup.stdin.flush()
+            wait_for(lambda: "SIGTERM 1" in log.read_text(), 10)
+        t0 = time.monotonic()
+        sup.stdin.close()
+        wait_all_gone(procs, GONE_WITHIN_S)
+        took = time.monotonic() - t0
+        lines = log.read_text().splitlines()
+        assert lines.count("SIGTERM 1") == 1 and "SIGTERM 2" not in lines, lines
+        assert took >= DEATH_GRACE_S - 0.1  # the child and the daemon ignore it: killed after the grace
     finally:
         if sup.poll() is None:
             sup.kill()
