@@ -15,12 +15,13 @@ import textwrap
 import pytest
 
 from gwproc import Gateway, config_for
+from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from managed import backends, port_closed, wait_state
 from proctree import cmdline, survivors, tree, wait_all_gone
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
 
-GONE_WITHIN_S = 5.0
+GONE_WITHIN_S = DEATH_GRACE_S + 5.0  # one SIGTERM, SIGKILL after the grace; the figures printed are what it took
 
 # `$1` the stub's python, `$2` its port: the server in the background, not exec'd, then waited for
 WRAPPER = textwrap.dedent("""\

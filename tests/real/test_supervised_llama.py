@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from gwproc import Gateway, config_for
+from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from llamaproc import ALIAS, BIN, GGUF, TEMPLATE, require_llama
 from managed import backends, port_closed, wait_state
 from proctree import cmdline, comm, survivors, tree, wait_all_gone
@@ -21,7 +22,7 @@ from stubproc import free_port
 
 pytestmark = pytest.mark.timeout(420)
 
-GONE_WITHIN_S = 5.0
+GONE_WITHIN_S = DEATH_GRACE_S + 5.0  # one SIGTERM, SIGKILL after the grace; the figures printed are what it took
 
 WRAPPER = textwrap.dedent("""\
     #!/bin/sh

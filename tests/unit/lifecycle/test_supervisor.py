@@ -21,7 +21,9 @@ from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from proctree import cmdline, start_time, survivors, tree, wait_all_gone
 from stubproc import wait_for
 
-GONE_WITHIN_S = 5.0  # "within a few seconds"; the figures printed are what it took
+# "within a few seconds": what ignores the one SIGTERM is killed after the grace; the figures
+# printed are what it took
+GONE_WITHIN_S = DEATH_GRACE_S + 5.0
 
 # The server: records every process of its tree in a file, as "tag pid". Besides itself, a plain
 # child (in its process group, ignoring SIGTERM), a child in a session of its own, and a daemon
