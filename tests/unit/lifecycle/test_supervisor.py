@@ -355,3 +355,22 @@ def test_on_the_gateways_death_each_process_gets_one_sigterm_then_sigkill(tmp_pa
         if sup.poll() is None:
             sup.kill()
             sup.wait()
+
+
+def test_a_pid_is_signalled_only_while_it_names_the_same_process():
+    # the tree is walked, then signalled: a pid that was reused meanwhile (another start time)
+    # must not be hit
+    from homelab_frontend.lifecycle.supervisor import _kill_exact, descendants
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = start_time(victim.pid)
+        assert descendants(os.getpid())[victim.pid][2] == start
+        _kill_exact(victim.pid, start + 1, signal.SIGKILL)  # another process's start time
+        time.sleep(0.2)
+        assert victim.poll() is None
+        _kill_exact(victim.pid, start, signal.SIGKILL)
+        assert victim.wait(5) == -signal.SIGKILL
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
