@@ -9,8 +9,9 @@ PYTHONPATH, say) cannot break it and it starts in tens of milliseconds. Its file
 - 0, the control pipe from the gateway. Lines `term` (one SIGTERM to the server's process group;
   a second `term` is ignored: llama-server that gets a second SIGTERM during its shutdown hangs
   until SIGKILL) and `kill` (SIGKILL of the whole tree). **End of file means the gateway is gone**
-  (it exited or was killed, SIGKILL included: the kernel closes a dead process's descriptors), and
-  the supervisor kills the whole tree and exits.
+  (it exited or was killed, SIGKILL included: the kernel closes a dead process's descriptors):
+  one SIGTERM to every process of the tree, SIGKILL of what is left after DEATH_GRACE_S, exit.
+  Signals to the supervisor itself are ignored: its life is the pipe's.
 - 1, the status pipe to the gateway: `pid N` once the server is exec'd (or `error ERRNO` if it
   could not be), `note TEXT` for the server's log, and last `exit N` with the server's own status
   (negative: the signal), so the gateway still says `exit status 1` or `killed by signal 9`.
@@ -45,9 +46,10 @@ Why a subreaper and a pipe:
   the server's memory, but it needs a delegated, writable cgroup tree (root, or systemd's
   `Delegate=`; a container's /sys/fs/cgroup is often read-only, and these machines run cgroup v1
   controllers), and still somebody alive to write `cgroup.kill` when the gateway dies: a watcher
-  like this one, or systemd itself. Under systemd, `KillMode=control-group` (the default) on the
-  gateway's unit does that for the whole cgroup and composes with the supervisor; without systemd
-  the supervisor needs no privilege and works on any Linux >= 3.4.
+  like this one, or systemd itself. Under systemd the unit's cgroup is a second line that
+  composes with the supervisor (with `KillMode=mixed`, which the docs advise: the default
+  SIGTERMs the servers under the gateway's drain, systemd SIGKILLs what is left when the stop
+  times out); without systemd the supervisor needs no privilege and works on any Linux >= 3.4.
 - A graceful stop keeps the gateway's semantics: one SIGTERM to the server's group, and the
   gateway sends `kill` after `stop_timeout_s`. On the gateway's death every process of the tree
   gets one SIGTERM (none gets a second: the group is skipped if a stop already signalled it),
