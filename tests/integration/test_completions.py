@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+import ollama as ollama_sdk
 import openai
 import pytest
 
@@ -51,19 +52,29 @@ def ollama(tmpdir_session):
 
 
 @pytest.fixture(scope="module")
-def gw(vllm, llama, gemma, ollama):
+def thinker(tmpdir_session):
+    """A backend that thinks whatever it is told (a reasoning model that cannot be switched off)."""
+    with start_stub("vllm", "--reasoning", "--model", "thinker",
+                    log_path=os.path.join(tmpdir_session, "stub-compl-thinker.log")) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def gw(vllm, llama, gemma, ollama, thinker):
     cfg = config_for(
         {"gpu": {"url": vllm.base, "kind": "vllm", "slots": 1, "queue": {"depth": 8, "timeout_s": 30}},
          "llama": {"url": llama.base, "kind": "llamacpp", "slots": 2},
          "gemma": {"url": gemma.base, "kind": "llamacpp", "slots": 2},
-         "ollama": {"url": ollama.base, "kind": "ollama", "slots": 2}},
+         "ollama": {"url": ollama.base, "kind": "ollama", "slots": 2},
+         "thinker": {"url": thinker.base, "kind": "vllm", "slots": 2}},
         {CODER: {"backend": "gpu", "upstream_model": "Qwen/Qwen2.5-Coder-7B", "fim": "Qwen2.5-Coder",
                  "supersede": True, "priority": 5},
          "agent": {"backend": "gpu", "upstream_model": "Qwen/Qwen2.5-Coder-7B"},
          "raw": {"backend": "gpu", "upstream_model": "Qwen/Qwen2.5-Coder-7B"},
          "llama-coder": {"backend": "llama"},
          "gemma": {"backend": "gemma"},
-         "ollama-coder": {"backend": "ollama", "upstream_model": "qwen2.5-coder:1.5b"}},
+         "ollama-coder": {"backend": "ollama", "upstream_model": "qwen2.5-coder:1.5b"},
+         "thinker": {"backend": "thinker"}},
         auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB}],
               "admin_key_env": "HLF_TEST_ADMIN_KEY"},
         completions={"default_model": "llama-coder"},
@@ -313,3 +324,60 @@ def test_completion_priority_goes_before_a_queued_agent_turn(gw, client, vllm):
         th.join(30)
     prompts = [r["body"].get("prompt") for r in vllm.requests()]
     assert prompts.index("keystroke") < prompts.index("agent turn")
+
+
+# -- Ollama's /api/generate: raw and suffix ---------------------------------------------------------
+
+
+@pytest.fixture
+def oc(gw, client):
+    return ollama_sdk.Client(host=gw.url, headers=auth())
+
+
+def test_ollama_raw_generate_sends_the_prompt_verbatim(oc, vllm):
+    got = oc.generate(model="raw", prompt="<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>", raw=True,
+                      options={"num_predict": 3, "temperature": 0.2}, stream=False)
+    assert got.response == " c1 c2 c3" and got.done and got.done_reason == "length"
+    assert got.eval_count == 3 and got.prompt_eval_count == 1  # the backend's own figures
+    assert got.total_duration > 0 and got.eval_duration > 0 and got.load_duration >= 0
+    body = upstream(vllm)
+    assert body["prompt"] == "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>" and body["max_tokens"] == 3
+    assert body["temperature"] == 0.2 and "messages" not in body
+
+
+def test_ollama_generate_suffix_through_the_template_streamed(oc, vllm):
+    parts = list(oc.generate(model=CODER, prompt="def f():", suffix="return 1", raw=True,
+                             options={"num_predict": 4, "stop": ["c4"]}, stream=True))
+    assert "".join(p.response for p in parts) == " c1 c2 c3"
+    last = parts[-1]
+    assert last.done and last.done_reason == "stop" and last.eval_count == 3 and last.prompt_eval_count == 3
+    assert all(not p.done for p in parts[:-1])
+    assert upstream(vllm)["prompt"] == "<|fim_prefix|>def f():<|fim_suffix|>return 1<|fim_middle|>"
+
+
+def test_ollama_generate_suffix_to_llamacpp_and_to_a_model_without_fim(oc, llama):
+    got = oc.generate(model="llama-coder", prompt="x =", suffix="\n", options={"num_predict": 2})
+    assert got.response == " c1 c2" and upstream(llama)["input_prefix"] == "x ="
+    with pytest.raises(ollama_sdk.ResponseError) as exc:
+        oc.generate(model="gemma", prompt="x =", suffix="y")
+    assert exc.value.status_code == 400 and exc.value.error.startswith("suffix:")
+
+
+def test_ollama_raw_with_images_is_a_400(oc):
+    with pytest.raises(ollama_sdk.ResponseError) as exc:
+        oc.generate(model="raw", prompt="x", raw=True, images=["iVBORw0KGgo="])
+    assert exc.value.status_code == 400 and exc.value.error.startswith("images:")
+
+
+def test_think_false_drops_the_reasoning_a_backend_sends_anyway(oc, thinker):
+    thinker.reset()
+    got = oc.chat(model="thinker", messages=[{"role": "user", "content": "[stub reasoning=5 content=3]"}],
+                  think=False, stream=False)
+    assert not got.message.thinking and got.message.content
+    assert got.eval_count == 8  # the reasoning was generated: it still counts
+    parts = list(oc.generate(model="thinker", prompt="[stub reasoning=5 content=3]", think=False, stream=True))
+    assert not any(p.thinking for p in parts) and "".join(p.response for p in parts)
+    assert parts[-1].eval_count == 8
+    with_thinking = oc.chat(model="thinker", messages=[{"role": "user", "content": "[stub reasoning=5 content=3]"}],
+                            stream=False)
+    assert with_thinking.message.thinking  # not asked to hide: shown

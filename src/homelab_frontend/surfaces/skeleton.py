@@ -66,7 +66,7 @@ from ..policy.routing import Route
 from ..request.context_clamp import open_chat
 from ..request.exchange import Exchange
 from ..request.tracker import GENERATING, Tracked
-from ..upstream.decode import Malformed, decode_completion
+from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
 from .context import Gateway
