@@ -381,3 +381,59 @@ def test_think_false_drops_the_reasoning_a_backend_sends_anyway(oc, thinker):
     with_thinking = oc.chat(model="thinker", messages=[{"role": "user", "content": "[stub reasoning=5 content=3]"}],
                             stream=False)
     assert with_thinking.message.thinking  # not asked to hide: shown
+
+
+CONTINUE_OLLAMA_FIM = {  # Continue's Ollama provider, _streamFim (core/llm/llms/Ollama.ts)
+    "prompt": "def add(a, b):\n    ", "suffix": "\n\nprint(add(1, 2))", "raw": True,
+    "options": {"temperature": 0.01, "num_predict": 4, "stop": ["\n\n"], "num_ctx": 8096},
+    "keep_alive": 1800, "stream": True,
+}
+
+
+def test_continue_ollama_provider_sees_fim_and_its_request_is_served(gw, oc, vllm):
+    # Continue decides a model takes a suffix when /api/show's template has `.Suffix`
+    shown = oc.show(CODER)
+    assert ".Suffix" in shown.template and "insert" in shown.capabilities
+    assert "insert" not in (oc.show("raw").capabilities or [])
+    req = urllib.request.Request(gw.url + "/api/generate", method="POST",
+                                 headers={**auth(), "content-type": "application/json"},
+                                 data=json.dumps({**CONTINUE_OLLAMA_FIM, "model": CODER}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        lines = [json.loads(x) for x in resp.read().splitlines()]
+    assert "".join(x["response"] for x in lines) == " c1 c2 c3 c4" and lines[-1]["done"]
+    body = upstream(vllm)
+    assert body["prompt"] == "<|fim_prefix|>def add(a, b):\n    <|fim_suffix|>\n\nprint(add(1, 2))<|fim_middle|>"
+    assert body["stop"] == ["\n\n"] and body["temperature"] == 0.01
+
+
+def test_continue_openai_provider_legacy_completions_replayed(gw, client, vllm):
+    # Continue's OpenAI provider for autocomplete (legacy completions, streamed, FIM already in the prompt)
+    req = urllib.request.Request(gw.base + "/completions", method="POST",
+                                 headers={**auth(), "content-type": "application/json"},
+                                 data=json.dumps({"model": "raw", "prompt": "<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>",
+                                                  "max_tokens": 3, "temperature": 0.01, "stream": True,
+                                                  "stop": ["<|endoftext|>", "<|fim_pad|>"], "frequency_penalty": 0,
+                                                  "presence_penalty": 0, "user": "continue"}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        raw = resp.read().decode()
+    assert raw.rstrip().endswith("data: [DONE]")
+    body = upstream(vllm)
+    assert "user" not in body and body["stop"] == ["<|endoftext|>", "<|fim_pad|>"]
+
+
+# Twinny's FIM request for Ollama (src/extension/completion/request-body.ts, createStreamRequestBodyFim):
+# the prompt already in the model's FIM form, no `raw`, so the model's own template applies (a chat
+# for a chat model, as Ollama does; base code models' templates are the prompt alone)
+TWINNY_OLLAMA = {
+    "prompt": "<PRE> const x = <SUF>; <MID>", "stream": True, "keep_alive": "5m",
+    "options": {"temperature": 0.2, "num_predict": 3},
+}
+
+
+def test_twinny_ollama_fim_replayed(gw, oc, vllm):
+    req = urllib.request.Request(gw.url + "/api/generate", method="POST",
+                                 headers={**auth(), "content-type": "application/json"},
+                                 data=json.dumps({**TWINNY_OLLAMA, "model": "raw"}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        lines = [json.loads(x) for x in resp.read().splitlines()]
+    assert lines[-1]["done"] and lines[-1]["eval_count"] == 3

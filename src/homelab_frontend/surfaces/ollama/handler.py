@@ -142,6 +142,8 @@ async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     route = resolve(gw, name)
     gw.auth.admit(request, route, "ollama")
     facts = names.merge_facts(await _backend_facts(gw, route), gw.cfg.models[route.model].capabilities)
+    if route.fim is not None:
+        facts = names.with_fim(facts, route.fim)
     return _json(names.show_document(name, facts, _context_length(route), wall_clock()), gw, t)
 
 
