@@ -4,8 +4,8 @@ special tokens of each family's own tokenizer (llama.cpp's vocabulary files, whe
 
 from __future__ import annotations
 
-import glob
-import os
+import json
+from pathlib import Path
 
 import pytest
 
@@ -46,21 +46,34 @@ def test_each_problem_names_its_key_path(raw, expected):
 
 
 
-def _vocab(name: str) -> set[str]:
-    paths = glob.glob(os.path.expanduser(
-        f"~/.cache/homelab-frontend/llama.cpp/*/work/*/llama.cpp/models/ggml-vocab-{name}.gguf"))
-    if not paths:
-        pytest.skip(f"llama.cpp's ggml-vocab-{name}.gguf is not on this machine (make deps)")
-    return set(tokens(paths[0]))
+# The FIM-looking tokens of llama.cpp's vocabulary files, read from them once with
+# tests/support/gguf_vocab.py (tests/support/fim_vocab.json says which files). Only these two
+# vocabularies hold their added tokens there (qwen2's has [PAD] in their place); the Qwen2.5-Coder,
+# CodeLlama and Codestral tokens are from their model cards (docs/code-completion.md names them).
+_VOCAB = json.loads((Path(__file__).parents[1] / "support" / "fim_vocab.json").read_text())["vocabularies"]
 
 
-# Only these vocabularies hold their added tokens in llama.cpp's test files (qwen2's has [PAD] in
-# their place); the Qwen2.5-Coder, CodeLlama and Codestral tokens are from their model cards
-# (docs/code-completion.md names them).
 @pytest.mark.parametrize("preset,vocab", [("deepseek-coder", "deepseek-coder"), ("starcoder2", "starcoder")])
 def test_preset_tokens_are_single_tokens_of_the_familys_tokenizer(preset, vocab):
     # StarCoder2 kept StarCoder's FIM tokens
     fim = cfgmod.FIM_PRESETS[preset]
-    known = _vocab(vocab)
     for tok in (fim.prefix, fim.suffix, fim.middle):
-        assert tok in known, f"{preset}: {tok!r} is not one token of {vocab}'s vocabulary"
+        assert tok in _VOCAB[vocab], f"{preset}: {tok!r} is not one token of {vocab}'s vocabulary"
+
+
+def test_the_vocabulary_reader_reads_a_gguf_file(tmp_path):
+    """tests/support/gguf_vocab.py on a GGUF file written here: the string array is found after
+    keys of other types (a number, an array of numbers)."""
+    import struct
+
+    def s(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, 3)
+    body += s("general.alignment") + struct.pack("<II", 4, 32)
+    body += s("tokenizer.ggml.scores") + struct.pack("<IIQ", 9, 6, 2) + struct.pack("<ff", 0.0, 1.0)
+    body += s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, 2) + s("<fim_prefix>") + s("a")
+    path = tmp_path / "v.gguf"
+    path.write_bytes(body)
+    assert tokens(str(path)) == ["<fim_prefix>", "a"]

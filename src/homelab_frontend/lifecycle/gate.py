@@ -124,11 +124,10 @@ class ManagedPool:
     def _room(self) -> bool:
         return self.inner.in_use + self._granting < self.inner.slots
 
-    async def acquire(self, key: str = "", priority: int = 0) -> None:
+    async def acquire(self, key: str = "", priority: int = 0, holder: Any = None) -> Any:
         host = self.host
         if not self._gate and self._room() and host.admits(self.name):
-            await self._enter(key, priority)
-            return
+            return await self._enter(key, priority, holder)
         err = host.refusal(self.name)
         if err is not None:
             raise err
@@ -140,7 +139,7 @@ class ManagedPool:
                 retry_after=self.retry_after(),
             )
         loop = asyncio.get_running_loop()
-        w = _Waiter(loop.create_future(), key, priority, host.record_for(asyncio.current_task()),
+        w = _Waiter(loop.create_future(), key, priority, holder,
                     self.inner.timeout_s)
         self._gate.push(w)
         self._clock(w, host.loading(self.name))
@@ -156,18 +155,19 @@ class ManagedPool:
                 self.grant()
             raise
         try:
-            await asyncio.wait_for(self._enter(key, priority), max(w.budget, 0.001))
+            return await asyncio.wait_for(self._enter(key, priority, holder), max(w.budget, 0.001))
         except TimeoutError:
             raise self.inner.waited_too_long() from None
         finally:
             self._granting -= 1
 
-    async def _enter(self, key: str, priority: int) -> None:
-        await self.inner.acquire(key, priority)
+    async def _enter(self, key: str, priority: int, holder: Any) -> Any:
+        lease = await self.inner.acquire(key, priority, holder)
         self.host.touched(self.name)
+        return lease
 
-    def release(self, held_s: float | None = None) -> None:
-        self.inner.release(held_s)
+    def release(self, lease: Any, held_s: float | None = None) -> None:
+        self.inner.release(lease, held_s)
         self.host.touched(self.name)
         self.grant()
         self.host.kick()

@@ -86,6 +86,7 @@ class Exchange:
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
+        self._lease: Lease | None = None  # the slot held (admission/lease.py): given back exactly once
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
         self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
@@ -114,7 +115,8 @@ class Exchange:
         t0 = time.monotonic()
         try:
             # the key's priority and the model's (config.Model.priority: completions before agents)
-            await backend.pool.acquire(self.principal.name, self.principal.priority + self.route.priority)
+            self._lease = await backend.pool.acquire(self.principal.name,
+                                                     self.principal.priority + self.route.priority, self.t)
         except GatewayError:
             # refused (queue full, or no slot within the queue's timeout): how long it waited is
             # still what the client wants to know (Server-Timing), and the operator (access log)
@@ -299,11 +301,12 @@ class Exchange:
         return closed
 
     def _release_slot(self) -> None:
-        if self._held_since is not None and self.backend is not None:
+        if self._held_since is not None and self.backend is not None and self._lease is not None:
             held = time.monotonic() - self._held_since
             self._held_since = None
             self.t.slot_seconds += held
-            self.backend.pool.release(held)
+            lease, self._lease = self._lease, None
+            self.backend.pool.release(lease, held)
 
     def own_cancel(self) -> GatewayError | None:
         """After a CancelledError: the gateway's own reason as an error (the caller then writes it
