@@ -17,9 +17,10 @@ import openai
 import pytest
 
 from gwproc import Gateway, config_for
+from rawhttp import post_and_vanish
 from stubproc import start_stub, wait_for
 
-ALICE, BOB = "sk-alice", "sk-bob"
+ALICE, BOB, TIGHT = "sk-alice", "sk-bob", "sk-tight"
 CODER = "qwen-coder"
 
 
@@ -75,7 +76,8 @@ def gw(vllm, llama, gemma, ollama, thinker):
          "gemma": {"backend": "gemma"},
          "ollama-coder": {"backend": "ollama", "upstream_model": "qwen2.5-coder:1.5b"},
          "thinker": {"backend": "thinker"}},
-        auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB}],
+        auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB},
+                       {"name": "tight", "key": TIGHT, "budget": {"tokens_per_day": 20}}],
               "admin_key_env": "HLF_TEST_ADMIN_KEY"},
         completions={"default_model": "llama-coder"},
     )
@@ -437,3 +439,60 @@ def test_twinny_ollama_fim_replayed(gw, oc, vllm):
     with urllib.request.urlopen(req, timeout=30) as resp:
         lines = [json.loads(x) for x in resp.read().splitlines()]
     assert lines[-1]["done"] and lines[-1]["eval_count"] == 3
+
+
+# -- like chat: cancelled, metered, budgeted --------------------------------------------------------
+
+
+def test_a_client_leaving_mid_stream_cancels_the_generation(gw, client, vllm, llama):
+    for stub, model, path, body in [
+        (vllm, "raw", "/llm/v1/completions", {"prompt": "x [stub delay_ms=30]", "max_tokens": 300, "stream": True}),
+        (llama, "llama-coder", "/infill", {"input_prefix": "x [stub delay_ms=30]", "input_suffix": "",
+                                          "n_predict": 300, "stream": True}),
+    ]:
+        post_and_vanish(gw.url + path, {**body, "model": model}, after_bytes=200, headers=auth())
+        line = wait_for(lambda: [ln for ln in stub.log_lines() if ln.startswith("cancelled")], timeout=10)[0]
+        assert int(line.split("after ")[1].split()[0]) < 300
+        wait_for(lambda: stub.stats()["in_flight"] == 0, timeout=10)
+
+
+def test_completion_tokens_reach_the_usage_ledger_and_the_budget(gw, client):
+    got = client.completions.create(model="raw", prompt="one two three", max_tokens=4)
+    assert got.usage.total_tokens == 7
+
+    def mine():
+        status, doc = gw.get("/llm/v1/usage?group=day", auth())
+        assert status == 200, doc
+        return [r for r in doc["rows"] if r.get("model") == "raw"]
+
+    rows = wait_for(mine, timeout=10)
+    assert sum(r["output_tokens"] for r in rows) >= 4
+    tight = openai.OpenAI(base_url=gw.base, api_key=TIGHT, max_retries=0)
+    with pytest.raises(openai.RateLimitError) as exc:
+        for _ in range(10):
+            tight.completions.create(model="raw", prompt="a b c d e", max_tokens=5)
+            time.sleep(0.6)  # the ledger's flush (usage.flush_interval_s)
+    assert "tokens_per_day" in str(exc.value)
+    status, doc = gw.post("/infill", {**LLAMA_VSCODE}, auth(TIGHT))
+    assert status == 429 and doc["error"]["code"] == 429  # in llama.cpp's shape
+
+
+def test_an_ollama_raw_generate_is_superseded_like_any_completion(gw, oc, vllm):
+    old: list = []
+
+    def stale():
+        try:
+            for _ in oc.generate(model=CODER, prompt="old [stub delay_ms=50]", raw=True,
+                                 options={"num_predict": 200}, stream=True):
+                pass
+        except ollama_sdk.ResponseError as err:
+            old.append(err.error)
+
+    th = threading.Thread(target=stale)
+    th.start()
+    wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=20)
+    got = oc.generate(model=CODER, prompt="new", raw=True, options={"num_predict": 2}, stream=False)
+    th.join(30)
+    assert got.response == " c1 c2"
+    assert old and "superseded" in old[0]
+    assert wait_for(lambda: [ln for ln in vllm.log_lines() if ln.startswith("cancelled")], timeout=10)
