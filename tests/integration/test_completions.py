@@ -226,6 +226,12 @@ def test_infill_rendered_through_the_template_for_another_backend(gw, client, vl
     assert body["max_tokens"] == 4
 
 
+def test_llama_vscodes_warm_up_on_another_backend_generates_one_token(gw, client, vllm):
+    status, doc = gw.post("/infill", {**LLAMA_VSCODE, "model": CODER, "n_predict": 0, "samplers": []}, auth())
+    assert status == 200 and doc["stop"] is True
+    assert upstream(vllm)["max_tokens"] == 1
+
+
 def test_infill_stream(gw, client):
     req = urllib.request.Request(gw.url + "/infill", method="POST", headers={**auth(), "content-type": "application/json"},
                                  data=json.dumps({**LLAMA_VSCODE, "stream": True}).encode())

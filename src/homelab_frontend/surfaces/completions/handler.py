@@ -131,8 +131,13 @@ class TextTurn(Turn):
         opts: dict = {"include_usage": True}
         if ex.backend.cfg.kind == "vllm":
             opts["continuous_usage_stats"] = True  # exact counts for a generation cut short too
-        return {"model": self.route.upstream_model, "prompt": prompt, "stream": True, "stream_options": opts,
+        body = {"model": self.route.upstream_model, "prompt": prompt, "stream": True, "stream_options": opts,
                 **self.call.params}
+        if self.call.endpoint == "infill" and self.call.warmup:
+            # llama.vscode's warm-up (n_predict 0) fills llama.cpp's prompt cache; an OpenAI-shaped
+            # backend refuses 0 tokens, so it generates one (its prefix cache is warmed alike)
+            body["max_tokens"] = 1
+        return body
 
     def _infill_body(self) -> dict:
         call = self.call
