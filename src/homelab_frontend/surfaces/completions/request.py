@@ -4,8 +4,9 @@ Three dialects ask for the same thing, text after (and before) a cursor:
 * OpenAI's legacy `POST /v1/completions`: `prompt` (a string, or a list of one string), `suffix`,
   `max_tokens`, `stop`, `temperature`, `top_p`, `seed`, penalties, `stream` with
   `stream_options.include_usage`. One slot runs one sequence, so `n` and `best_of` above 1 are a
-  400 naming the field; `echo` and `logprobs` only vLLM does (the handler refuses them for other
-  backends, naming the field). Unknown fields are accepted and never forwarded.
+  400 naming the field; `echo` only vLLM does (the handler refuses it for other backends, naming
+  the field); `logprobs` is a 400 (the answer is decoded into canonical events, which carry no
+  token probabilities). Unknown fields are accepted and never forwarded.
 * llama.cpp's `POST /infill`: `input_prefix`, `input_suffix` (both required, as llama.cpp says),
   `input_extra` ([{filename, text}]), `prompt` (appended to the prefix), `n_predict`,
   `t_max_predict_ms` and llama.cpp's samplers; `model` optional (a configured default). To a
@@ -39,7 +40,7 @@ class TextCall(msgspec.Struct):
     extra: list[dict] = msgspec.field(default_factory=list)  # /infill's input_extra
     params: dict = msgspec.field(default_factory=dict)  # OpenAI-named sampling fields to forward
     include_usage: bool = False  # the client asked for the usage chunk (stream_options)
-    vllm_only: str | None = None  # a field only vLLM can honour (echo, logprobs)
+    vllm_only: str | None = None  # a field only vLLM can honour (echo)
     llama: dict | None = None  # /infill: the client's llama.cpp fields, for a llama.cpp backend
     warmup: bool = False  # a request that generates nothing (n_predict 0: a prefix-cache warm-up)
 
@@ -157,12 +158,9 @@ def parse_completions(body: bytes) -> TextCall:
     if echo:
         params["echo"] = True
         vllm_only = "echo"
-    logprobs = raw.get("logprobs")
-    if logprobs is not None:
-        if not _is_int(logprobs) or logprobs < 0:
-            raise _bad("logprobs", "expected a non-negative integer")
-        params["logprobs"] = logprobs
-        vllm_only = vllm_only or "logprobs"
+    if raw.get("logprobs") is not None:
+        # the answer is decoded into canonical events, which carry no token probabilities
+        raise _bad("logprobs", "token log probabilities are not relayed by this gateway; leave it out")
     opts = raw.get("stream_options")
     include_usage = False
     if opts is not None:

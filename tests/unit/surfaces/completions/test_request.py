@@ -41,10 +41,12 @@ def test_refusals_name_the_field(kw, param):
     assert exc.value.status == 400 and exc.value.param == param and exc.value.message.startswith(param + ":")
 
 
-def test_echo_and_logprobs_are_vllm_only_and_n_1_is_fine():
+def test_echo_is_vllm_only_logprobs_refused_and_n_1_is_fine():
     assert parse_completions(body(echo=True)).vllm_only == "echo"
-    assert parse_completions(body(logprobs=2)).vllm_only == "logprobs"
-    assert parse_completions(body(n=1, best_of=1, echo=False)).vllm_only is None
+    with pytest.raises(GatewayError) as exc:
+        parse_completions(body(logprobs=2))
+    assert exc.value.param == "logprobs"
+    assert parse_completions(body(n=1, best_of=1, echo=False, logprobs=None)).vllm_only is None
 
 
 def test_llama_vscode_infill_shape_with_a_default_model():
