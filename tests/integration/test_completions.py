@@ -20,7 +20,7 @@ from gwproc import Gateway, config_for
 from rawhttp import post_and_vanish
 from stubproc import start_stub, wait_for
 
-ALICE, BOB, TIGHT = "sk-alice", "sk-bob", "sk-tight"
+ALICE, BOB, TIGHT, SOLO = "sk-alice", "sk-bob", "sk-tight", "sk-solo"
 CODER = "qwen-coder"
 
 
@@ -77,7 +77,8 @@ def gw(vllm, llama, gemma, ollama, thinker):
          "ollama-coder": {"backend": "ollama", "upstream_model": "qwen2.5-coder:1.5b"},
          "thinker": {"backend": "thinker"}},
         auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB},
-                       {"name": "tight", "key": TIGHT, "budget": {"tokens_per_day": 20}}],
+                       {"name": "tight", "key": TIGHT, "budget": {"tokens_per_day": 20}},
+                       {"name": "solo", "key": SOLO, "max_concurrent": 1}],
               "admin_key_env": "HLF_TEST_ADMIN_KEY"},
         completions={"default_model": "llama-coder"},
     )
@@ -305,6 +306,17 @@ def test_a_newer_completion_takes_a_queued_ones_place_before_it_reaches_the_back
     assert status == 400 and "superseded" in raw
     prompts = [r["body"].get("prompt") for r in vllm.requests()]
     assert "stale" not in prompts and "fresh" in prompts  # the stale one never reached the backend
+
+
+def test_a_key_with_max_concurrent_1_is_not_refused_for_the_completion_it_replaces(gw, client, vllm):
+    # the new completion waits for the one it cancelled to give back the key's hold and its slot
+    old: list = []
+    th = _stream_in_thread(gw, SOLO, {"model": CODER, "prompt": "old [stub delay_ms=50]", "max_tokens": 200}, old)
+    wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=20)
+    solo = openai.OpenAI(base_url=gw.base, api_key=SOLO, max_retries=0)
+    got = solo.completions.create(model=CODER, prompt="new", max_tokens=2)
+    th.join(30)
+    assert got.choices[0].text == " c1 c2" and "superseded" in old[0][1]
 
 
 def test_other_clients_and_chat_are_never_superseded(gw, client, vllm):

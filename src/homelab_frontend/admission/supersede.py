@@ -26,8 +26,14 @@ from typing import AsyncIterator, Protocol
 MESSAGE = "superseded: a newer completion from the same client replaced this one"
 
 
+# How long a new completion waits for the one it cancelled to end, at most. The old one gives
+# back its key's concurrency hold (`max_concurrent`) and its slot as it ends, which the new one
+# needs anyway; a queued one ends at once, a generating one once its upstream is closed.
+END_WAIT_S = 1.0
+
+
 class Cancellable(Protocol):
-    """What a request's record offers (request.tracker.Tracked.cancel)."""
+    """What a request's record offers (request.tracker.Tracked: `cancel`, and its `task`)."""
 
     def cancel(self, reason: str, message: str = "") -> bool: ...
 
@@ -48,15 +54,18 @@ class Supersede:
     def replace(self, client: str, model: str, handle: Cancellable) -> bool:
         """Record `handle` as the client's newest completion on `model`; cancel the one before
         it, if it still runs. -> whether one was cancelled."""
+        return self._swap(client, model, handle) is not None
+
+    def _swap(self, client: str, model: str, handle: Cancellable) -> Cancellable | None:
         key = (client, model)
         prev = self._latest.get(key)
         self._latest[key] = handle
         if prev is None or prev is handle:
-            return False
+            return None
         if prev.cancel("superseded", MESSAGE):
             self.superseded += 1
-            return True
-        return False
+            return prev
+        return None
 
     def done(self, client: str, model: str, handle: Cancellable) -> None:
         key = (client, model)
@@ -65,11 +74,17 @@ class Supersede:
 
     @asynccontextmanager
     async def latest(self, client: str, model: str, handle: Cancellable) -> AsyncIterator[None]:
-        """For the block: `handle` is the newest; the previous one is cancelled first. One loop
-        turn lets the cancelled request act on it (a queued one leaves the queue) before this
-        one asks for a slot, so it queues behind no stale work."""
-        if self.replace(client, model, handle):
-            await asyncio.sleep(0)
+        """For the block: `handle` is the newest; the previous one is cancelled first, and this
+        one goes on once it has ended (at most END_WAIT_S): a queued one has left the queue, a
+        generating one has given back its slot and its key's concurrency hold, so this one
+        queues behind no stale work and is not refused for the key's `max_concurrent`."""
+        prev = self._swap(client, model, handle)
+        if prev is not None:
+            task = getattr(prev, "task", None)
+            if isinstance(task, asyncio.Task) and not task.done() and task is not asyncio.current_task():
+                await asyncio.wait((task,), timeout=END_WAIT_S)
+            else:
+                await asyncio.sleep(0)
         try:
             yield
         finally:

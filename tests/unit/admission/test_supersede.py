@@ -86,3 +86,37 @@ def test_latest_lets_the_cancelled_request_act_before_the_new_one_goes_on():
         assert len(s) == 0
 
     asyncio.run(main())
+
+
+def test_latest_waits_for_the_cancelled_request_to_end_before_the_new_one_goes_on():
+    async def main():
+        s = Supersede()
+        order = []
+
+        class Request:
+            def __init__(self, name):
+                self.name = name
+                self.task = None
+
+            def cancel(self, reason, message=""):
+                self.task.cancel()
+                return True
+
+        async def run(req, hold_s):
+            async with s.latest("k", "m", req):
+                order.append(f"{req.name} admitted")
+                try:
+                    await asyncio.sleep(hold_s)
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0.05)  # giving back its upstream and slot takes a moment
+                    order.append(f"{req.name} ended")
+                    raise
+
+        old, new = Request("old"), Request("new")
+        old.task = asyncio.create_task(run(old, 10))
+        await asyncio.sleep(0.01)
+        new.task = asyncio.create_task(run(new, 0))
+        await new.task
+        assert order == ["old admitted", "old ended", "new admitted"]
+
+    asyncio.run(main())
