@@ -293,7 +293,7 @@ def test_a_newer_completion_cancels_the_generating_one(gw, client, vllm):
 def test_a_newer_completion_takes_a_queued_ones_place_before_it_reaches_the_backend(gw, client, vllm):
     # bob's long agent turn holds the backend's only slot; alice's first completion queues
     busy: list = []
-    agent = _stream_in_thread(gw, BOB, {"model": "raw", "prompt": "busy [stub delay_ms=20]", "max_tokens": 60}, busy)
+    agent = _stream_in_thread(gw, BOB, {"model": "raw", "prompt": "busy [stub delay_ms=20]", "max_tokens": 150}, busy)
     wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=20)
     stale: list = []
     th = _stream_in_thread(gw, ALICE, {"model": CODER, "prompt": "stale", "max_tokens": 3}, stale)
@@ -332,7 +332,7 @@ def test_other_clients_and_chat_are_never_superseded(gw, client, vllm):
 def test_completion_priority_goes_before_a_queued_agent_turn(gw, client, vllm):
     # the slot is busy; an agent turn queues first, then a completion of the priority-5 model
     busy: list = []
-    first = _stream_in_thread(gw, BOB, {"model": "raw", "prompt": "busy [stub delay_ms=20]", "max_tokens": 30}, busy)
+    first = _stream_in_thread(gw, BOB, {"model": "raw", "prompt": "busy [stub delay_ms=20]", "max_tokens": 150}, busy)
     wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=20)
     agent: list = []
     a = _stream_in_thread(gw, BOB, {"model": "agent", "prompt": "agent turn", "max_tokens": 2}, agent)
