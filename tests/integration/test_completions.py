@@ -326,6 +326,19 @@ def test_other_clients_and_chat_are_never_superseded(gw, client, vllm):
     client.completions.create(model=CODER, prompt="alice", max_tokens=2)
     th.join(30)
     assert other[0][0] == 200 and "[DONE]" in other[0][1]
+    # alice's own chat turn on the same model: a completion never supersedes a chat
+    chat: list = []
+
+    def chat_turn():
+        chat.append(client.chat.completions.create(
+            model=CODER, messages=[{"role": "user", "content": "[stub content=20 delay_ms=10] hi"}]))
+
+    ct = threading.Thread(target=chat_turn)
+    ct.start()
+    wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=20)
+    client.completions.create(model=CODER, prompt="alice again", max_tokens=2)
+    ct.join(30)
+    assert chat and chat[0].choices[0].finish_reason
     assert vllm.stats()["cancelled"] == 0
 
 
