@@ -18,6 +18,7 @@ from aiohttp import web
 
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
+from ..admission.supersede import Supersede
 from ..errors import GatewayError
 from ..lifecycle.fleet import Fleet
 from ..ops import health
@@ -55,6 +56,7 @@ class Gateway:
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
         self.tracker = Tracker()
+        self.supersede = Supersede()  # latest-wins completions (admission/supersede.py)
         self.backends: dict[str, BackendState] = {}
         self.clients: dict[str, UpstreamClient] = {}
         self.access_log = AccessLog(cfg.access_log)

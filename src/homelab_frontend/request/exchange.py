@@ -114,7 +114,9 @@ class Exchange:
         self.t.upstream_model = self.route.upstream_model
         t0 = time.monotonic()
         try:
-            self._lease = await backend.pool.acquire(self.principal.name, self.principal.priority, self.t)
+            # the key's priority and the model's (config.Model.priority: completions before agents)
+            self._lease = await backend.pool.acquire(self.principal.name,
+                                                     self.principal.priority + self.route.priority, self.t)
         except GatewayError:
             # refused (queue full, or no slot within the queue's timeout): how long it waited is
             # still what the client wants to know (Server-Timing), and the operator (access log)
@@ -171,7 +173,9 @@ class Exchange:
         await self._take(alt)
         return True
 
-    async def open(self, path: str, body: bytes, *, stream: bool) -> aiohttp.ClientResponse:
+    async def open(self, path: str, body: bytes, *, stream: bool, root: bool = False) -> aiohttp.ClientResponse:
+        """POST `body` to the backend's `path` (under its /v1 base URL; `root`: under its root,
+        for llama.cpp's own endpoints such as /infill)."""
         assert self.backend is not None
         self.t.phase = CONNECTING
         if self._watch is None:
@@ -181,8 +185,8 @@ class Exchange:
         t0 = time.monotonic()
         try:
             trace = self.t.trace
-            self.resp = await (client.post(path, body) if trace is None
-                               else client.post(path, body, headers=trace.upstream_headers()))
+            self.resp = await (client.post(path, body, root=root) if trace is None
+                               else client.post(path, body, root=root, headers=trace.upstream_headers()))
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
             if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
