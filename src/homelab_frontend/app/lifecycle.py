@@ -20,6 +20,7 @@ from ..request.exchange import client_gone
 from ..request.outcome import FAILED, LEFT, OK
 from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
+from ..surfaces.completions import errors as infill_errors
 from ..surfaces.gemini import errors as gemini_errors
 from ..surfaces.ollama import errors as ollama_errors
 from ..surfaces.openai import errors as openai_errors
@@ -41,6 +42,8 @@ RENDERERS: dict[str, Renderer] = {
     "gemini": gemini_errors.render_error,
     "responses": responses_errors.render_error,
     "ollama": ollama_errors.render_error,
+    "completions": openai_errors.render_error,  # legacy completions: OpenAI's own error shape
+    "infill": infill_errors.render_error,
 }
 
 

@@ -56,8 +56,8 @@ def test_a_dialect_without_an_error_renderer_is_refused_when_its_route_is_built(
     async def handler(request, gw, t):  # never reached
         raise AssertionError
 
-    with pytest.raises(ValueError, match="surface dialect 'completions' has no error renderer"):
-        surface("completions", handler)
+    with pytest.raises(ValueError, match="surface dialect 'nonesuch' has no error renderer"):
+        surface("nonesuch", handler)
     for dialect in RENDERERS:
         assert callable(surface(dialect, handler))
 
