@@ -150,6 +150,7 @@ class Aggregate:
     finish: str | None = None
     stop_reason: str | int | None = None
     tokens: int = 0
+    reasoning_tokens: int = 0
 
     @classmethod
     def of(cls, events: list[Event]) -> "Aggregate":
@@ -161,6 +162,7 @@ class Aggregate:
             if event.reasoning is not None:
                 agg.reasoning += event.reasoning
                 agg.saw_reasoning = True
+                agg.reasoning_tokens += event.tokens
             if event.content:
                 agg.content += event.content
                 agg.saw_content = True

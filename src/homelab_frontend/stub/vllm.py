@@ -303,7 +303,7 @@ class Vllm(Flavour):
             message["tool_calls"] = [{"id": tool_id, "type": "function", "function": function}]
         for name in ctx.reasoning_fields:
             message[name] = agg.reasoning if agg.saw_reasoning and ctx.include_reasoning else None
-        ctx.reasoning_tokens = sum(e.tokens for e in events if isinstance(e, Step) and e.reasoning is not None)
+        ctx.reasoning_tokens = agg.reasoning_tokens
         usage = _usage(ctx.prompt_tokens, agg.tokens)
         usage["prompt_tokens_details"] = None if ctx.cached_tokens is None else {
             "cached_tokens": ctx.cached_tokens, "created_cache_tokens": ctx.created_cache_tokens or 0,
