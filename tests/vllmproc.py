@@ -77,7 +77,8 @@ def vllm_config(base: str, **backend) -> dict:
     """A gateway config with one backend, the vLLM at `base` (…/v1), slots = its --max-num-seqs."""
     return config_for(
         {"vllm": {"url": base, "kind": "vllm", "slots": SLOTS, "health_interval_s": 1, **backend}},
-        {MODEL: {"backend": "vllm", "upstream_model": SERVED}},
+        # "reasoning": the seeds' name for their DeepSeek-R1 under vLLM, for their Verify commands
+        {MODEL: {"backend": "vllm", "upstream_model": SERVED}, "reasoning": {"backend": "vllm", "upstream_model": SERVED}},
     )
 
 
@@ -233,6 +234,12 @@ class VllmServer:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
+
+    def chat(self, messages: list[dict], **body) -> dict:
+        """The same chat sent straight to vLLM (not through the gateway): its own answer and usage."""
+        status, doc = self.post("/chat/completions", {"model": SERVED, "messages": messages, **body})
+        assert status == 200, doc
+        return doc
 
     def survivors(self) -> list[tuple[int, str]]:
         """Every live process of this server's tree, wherever it was re-parented (by /proc)."""

@@ -31,7 +31,7 @@ DIRECTIVE = re.compile(r"\[\[hlf:([A-Za-z0-9_-]+)\]\]")
 
 @dataclass(frozen=True)
 class Script:
-    reasoning: str | None = None  # None: no reasoning at all (no <think>)
+    reasoning: str | None = None  # None: no <think> at all ("": an empty <think></think>)
     content: str = ""
     tool_calls: tuple[tuple[str, dict], ...] = ()
     repeat: str | None = None  # after the rest, this text again and again: no end of turn
@@ -57,7 +57,9 @@ SCRIPTS: dict[str, Script] = {
     "default": Script(reasoning="The user greets me. A short, friendly answer fits.",
                       content="Hello! How can I help you today?"),
     "reason": Script(reasoning="Two and two make four; I say so plainly.", content="Two plus two is four."),
-    "plain": Script(content="Just an answer, with no thinking before it."),
+    # deepseek_r1 reads an answer without </think> as all reasoning (R1 always thinks): an answer
+    # with none is an empty <think></think> first, as R1 writes it
+    "plain": Script(reasoning="", content="Just an answer, with no thinking before it."),
     "think-only": Script(reasoning="I think about it and then say nothing at all."),
     "stop": Script(reasoning="Counting is easy.", content="One, two, three, STOP, four, five."),
     "weather": Script(reasoning="The user wants the weather in Paris; get_weather tells it.",
