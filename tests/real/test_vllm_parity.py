@@ -32,7 +32,7 @@ from support.vllm_script import END_OF_TURN, WEATHER_TOOL, directive
 from vllmproc import SERVED
 from support.wire_shape import diff, grammar, paths, stream_diff
 
-pytestmark = pytest.mark.xdist_group("vllm")
+pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.timeout(900)]  # the first test waits for vLLM
 
 CONTINUOUS = {"include_usage": True, "continuous_usage_stats": True}  # what the gateway asks for
 
