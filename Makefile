@@ -1,9 +1,18 @@
 # `make demo`: set up and start the gateway on the embedded demo backends.
 # `make test`: set up and run the whole test suite (the outside dependencies too: `make deps`).
+# `make test-fast`: the unit and stub-backed tests only (no real server, CLI or browser).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PORT   ?= 8080
 PYTHON ?= python3
+# pytest-xdist workers. The suite mostly waits (servers starting, streams at a token pace), so
+# more workers than the 2 cores pay: tests/xdist_groups.py keeps each module (and each shared real
+# server's tests) on one worker. PYTEST_ARGS adds to either run (`make test PYTEST_ARGS='-x'`).
+JOBS   ?= 3
+PARALLEL := -n $(JOBS) --dist loadgroup
+# the assertion rewrites are cached in __pycache__ (gitignored) even where the environment asks
+# Python not to write bytecode: re-rewriting every test module costs each worker ~10 s of CPU
+PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +24,7 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test deps bench install
+.PHONY: demo test test-fast deps bench install
 install: $(VENV)/.base
 
 # Each .ci/deps/*.sh installs one outside dependency of the tests (llama.cpp's server and a model,
@@ -27,9 +36,17 @@ deps:
 demo: $(VENV)/.base
 	$(VENV)/bin/homelab-frontend demo --port $(PORT)
 
+# --durations=15: the 15 slowest tests end every run, so the next slow test is seen when it arrives
 test: $(VENV)/.test deps
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q
+	$(PYTEST) -q $(PARALLEL) --durations=15 $(PYTEST_ARGS)
+
+# No `deps`: nothing outside the venv is needed. HLF_TEST_FAST makes a test that starts a real
+# server, a CLI or a browser without the `real` mark fail (tests/fastset.py); the surface fuzzers
+# send fewer requests (the full run sends 1100 per surface).
+test-fast: $(VENV)/.test
+	$(VENV)/bin/lint-imports --no-cache
+	HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} $(PYTEST) -q $(PARALLEL) -m 'not real' --durations=15 $(PYTEST_ARGS)
 
 bench: $(VENV)/.test
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -7,6 +7,8 @@ import tempfile
 
 import pytest
 
+import fastset
+import xdist_groups
 from gwproc import Gateway, config_for
 from stubproc import start_stub
 
@@ -60,3 +62,31 @@ def stubs(vllm_stub, ollama_stub):
     vllm_stub.reset()
     ollama_stub.reset()
     return vllm_stub, ollama_stub
+
+
+# -- the parallel run (tests/xdist_groups.py) ------------------------------------------------------
+
+
+REAL_DIRS = ("tests/real/", "tests/e2e/")  # every test there drives a real server or a CLI
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks, and before `-m` selects
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(REAL_DIRS):
+            item.add_marker(pytest.mark.real)
+    xdist_groups.assign(items)
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no":
+        config.pluginmanager.register(xdist_groups.GroupClock(config), "hlf-group-clock")
+    config.pluginmanager.register(xdist_groups.NodeIdSuffix(), "hlf-group-suffix")
+    if fastset.active():
+        fastset.install()
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") == "loadgroup":
+        return xdist_groups.make_scheduler(config, log)
+    return None

@@ -30,7 +30,8 @@ bin_of() { echo "$ROOT/.cache/claude-code/$1/node_modules/.bin/claude"; }
 installed() {
   local bin
   bin="$(bin_of "$1")"
-  [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "^$1 "
+  # not grep -q: it may exit before claude has written all, and pipefail would take the SIGPIPE
+  [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep "^$1 " >/dev/null
 }
 
 install_one() {
@@ -47,6 +48,7 @@ install_one() {
   fi
   installed "$version" || {
     echo "claude-code.sh: @anthropic-ai/claude-code@$version did not install into $dest" >&2
+    echo "claude-code.sh: $(bin_of "$version") --version said: $("$(bin_of "$version")" --version 2>&1 | head -c 2000)" >&2
     exit 1
   }
   echo "claude-code.sh: installed $("$(bin_of "$version")" --version) into $dest"

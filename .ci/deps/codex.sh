@@ -14,7 +14,7 @@ DEST="$ROOT/.cache/codex"
 BIN="$DEST/node_modules/.bin/codex"
 
 installed() {
-  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q " $VERSION\$"
+  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep " $VERSION\$" >/dev/null  # not -q: see claude-code.sh
 }
 
 if installed; then

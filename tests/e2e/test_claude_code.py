@@ -54,7 +54,7 @@ RUN_TIMEOUT = 90.0  # one `claude -p`; a normal run takes ~2 s
 # A session of one tool call is 2 requests (plus, on a broken stream, Claude Code's own retries):
 # far more means something loops (a stub agent that never sees its tool result made 760 in 120 s).
 MAX_REQUESTS = 8
-# What the gateway wraps a mid-conversation system turn in (README: System turns).
+# What the gateway wraps a mid-conversation system turn in (docs/anthropic.md: System turns).
 SYSTEM_OPEN, SYSTEM_CLOSE = "<system>\n", "\n</system>"
 
 

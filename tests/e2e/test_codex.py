@@ -5,7 +5,7 @@ Codex comes from the npm registry, pinned, installed by `.ci/deps/codex.sh` into
 fails and so does every test here, loudly: no silent skip.
 
 Codex speaks only the Responses API. It runs in a throwaway HOME whose config.toml names the
-gateway as a custom provider (`wire_api = "responses"`), the README's example. The vLLM stub runs
+gateway as a custom provider (`wire_api = "responses"`), the example in docs/responses.md. The vLLM stub runs
 with `--agent`: given tools, it answers with reasoning and a call of Codex's `exec_command` tool
 with `echo hello-from-tool`; once the tool's output comes back, `The tool said: <output>`. So a
 final answer quoting `hello-from-tool`, plus a tool message carrying that output at the stub,
@@ -86,7 +86,7 @@ class Stack:
 
 
 def codex_home(home: Path, base_url: str, model: str = "reasoning") -> None:
-    """The README's Codex config, pointed at `base_url`."""
+    """docs/responses.md's Codex config, pointed at `base_url`."""
     (home / ".codex").mkdir(parents=True)
     (home / ".codex" / "config.toml").write_text(f"""\
 model = "{model}"

@@ -8,7 +8,7 @@ It runs in a throwaway HOME whose settings select the API-key auth and turn tele
 statistics and update checks off; `GOOGLE_GEMINI_BASE_URL` points it at a recording proxy in
 front of the gateway (127.0.0.1 only), `GEMINI_CLI_TRUST_WORKSPACE` trusts its work directory.
 The gateway maps `gemini-*pro*` onto a vLLM-flavoured reasoning stub and `gemini-*flash*` onto
-a llama.cpp-flavoured one, as the README suggests. Without `-m`, each turn begins with the CLI's
+a llama.cpp-flavoured one, as docs/gemini.md suggests. Without `-m`, each turn begins with the CLI's
 router call (`gemini-3.5-flash-lite:generateContent`, asking for JSON by `responseJsonSchema`,
 which the stub honours as vLLM's guided decoding would) and then streams from the model it
 picked (`gemini-3.8-flash`).
@@ -82,7 +82,7 @@ def stack():
 
 
 def gemini_home(home: Path) -> None:
-    """The README's settings: API-key auth, no telemetry, no usage statistics, no update checks."""
+    """docs/gemini.md's settings: API-key auth, no telemetry, no usage statistics, no update checks."""
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(json.dumps({
         "security": {"auth": {"selectedType": "gemini-api-key"}},

@@ -16,6 +16,8 @@ from gwproc import Gateway
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
 
+pytestmark = pytest.mark.real  # chromium
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 FLAGS = (

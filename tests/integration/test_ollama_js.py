@@ -18,6 +18,8 @@ from conftest import QWEN, R1
 from gwproc import Gateway, config_for
 from stubproc import wait_for
 
+pytestmark = pytest.mark.real  # node and the npm library
+
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "ollama-js.sh"
 DRIVER = ROOT / "tests" / "support" / "ollama_js_client.mjs"

@@ -6,7 +6,7 @@ companion stream keeps llama.cpp's other slot generating. The companion is what 
 server sees (two users), and it is what made non-streaming requests outlive their clients:
 llama.cpp checks a non-streaming client's socket only when its HTTP thread waits a full second
 with no result from ANY task, and every token of another stream (and every /slots or /metrics
-query) restarts that wait (README: llama.cpp). The companion holds one gateway slot too, so
+query) restarts that wait (docs/llama-cpp.md). The companion holds one gateway slot too, so
 the request under test always has the other one.
 """
 

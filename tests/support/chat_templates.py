@@ -10,7 +10,7 @@ request per turn, in both modes; each request is rendered with each template in
     - whether the rendered system prompt (the start of the prompt) stayed the same every turn,
     - whether each turn's rendering is the start of the next turn's (the prefix cache's hit).
 
-    .venv/bin/python tests/support/chat_templates.py     # prints the table (README: System turns)
+    .venv/bin/python tests/support/chat_templates.py     # prints the table (docs/anthropic.md: System turns)
 """
 
 from __future__ import annotations

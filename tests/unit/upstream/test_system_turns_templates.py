@@ -33,7 +33,7 @@ def test_merged_each_turn_renders_as_the_start_of_the_next(template):
 
 
 def test_native_system_turns_are_what_breaks_r1_gemma_and_mistral():
-    """The measured reason for the default (README: System turns)."""
+    """The measured reason for the default (docs/anthropic.md: System turns)."""
     r1 = measure("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "native", True)
     # the last system message is hoisted over the system prompt (with the token counters dropped, the
     # output_config turn is what replaces it; the prefix may then hold from the third turn on)

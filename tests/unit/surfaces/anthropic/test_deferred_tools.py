@@ -114,7 +114,7 @@ def test_an_empty_thinking_block_with_a_sealed_signature_restores_the_reasoning(
     SIGNER.seal("x")[:-3] + "AAA",  # altered
     SIGNER.sign("x"),  # a plain signature carries no text
     "hlf2.", "hlf2.!!!!", "", None, "é" * 10,
-])
+], ids=["foreign", "altered", "plain", "empty-seal", "junk-seal", "empty", "none", "non-ascii"])
 def test_foreign_altered_or_junk_sealed_signatures_restore_nothing(signature):
     assert _replay({"type": "thinking", "thinking": "", "signature": signature}).reasoning is None
 

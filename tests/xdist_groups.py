@@ -1,0 +1,106 @@
+"""How the suite is split across pytest-xdist workers (`make test` runs `-n N --dist loadgroup`).
+
+One rule: a work unit is an xdist group, and every test belongs to one.
+- A test marked `pytest.mark.xdist_group("name")` keeps its mark: the session-wide vLLM server's
+  tests carry `xdist_group("vllm")`, so one worker starts it once.
+- A test using a session-wide real server fixture listed in SHARED_SERVERS joins that server's
+  group (the fixture is then started once, on one worker, and the server is not started once per
+  worker on a 2-core machine).
+- Every other test gets its module's path as its group, so a module's fixtures (a module-scoped
+  gateway, a stub) start once and its tests run in file order, on one worker, as they do serially.
+
+And one order: the controller hands out the groups slowest first (by the previous run's time,
+from pytest's cache; on a fresh clone, by the number of tests, xdist's own order), so a long
+module is not the last one started while the other workers idle.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# session-scoped fixture name -> group: a real server that every test using it shares
+SHARED_SERVERS = {"llama": "llama", "vllm": "vllm"}
+CACHE_KEY = "homelab-frontend/xdist-group-seconds"
+
+
+def group_of(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+    info = getattr(item, "_fixtureinfo", None)
+    for name, group in SHARED_SERVERS.items():
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        # a module may define its own `llama` (another size): only the session-wide one is shared
+        if defs and defs[-1].scope == "session":
+            return group
+    return item.nodeid.split("::", 1)[0]
+
+
+def assign(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group_of(item)))
+
+
+def suffix_nodeids(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a worker, after xdist's own hook: each test's id ends in `@group`, which is how the
+    controller's scheduler sees the group. xdist 3.8 writes `item._nodeid`, which pytest 9.2 no
+    longer reads (its nodeid is `item._id`), so the groups were silently ignored; done here for
+    the tests it missed."""
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    for item in items:
+        want = f"{item.nodeid}@{group_of(item)}"
+        if item.nodeid.rfind("@") > item.nodeid.rfind("]"):
+            continue  # xdist did it
+        item._nodeid = want
+        if item.nodeid != want:
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(want)
+        assert item.nodeid == want, (item.nodeid, want)
+
+
+class NodeIdSuffix:
+    @pytest.hookimpl(trylast=True)  # after xdist's own hook
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        suffix_nodeids(config, items)
+
+
+def make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadGroupScheduling
+
+    seconds: dict[str, float] = config.cache.get(CACHE_KEY, {}) if config.cache else {}
+
+    class SlowestFirst(LoadGroupScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            # the first assignment comes after the work queue is filled: order it once, then
+            if not self._ordered:
+                self._ordered = True
+                queue = sorted(self.workqueue.items(), key=lambda kv: -seconds.get(kv[0], float("inf")))
+                self.workqueue.clear()
+                self.workqueue.update(queue)
+            super()._assign_work_unit(node)
+
+    return SlowestFirst(config, log)
+
+
+class GroupClock:
+    """On the controller: adds up each group's test time and stores it for the next run's order."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = report.nodeid
+        group = nodeid.rsplit("@", 1)[1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid.split("::", 1)[0]
+        self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.seconds and self.config.cache is not None:
+            known = self.config.cache.get(CACHE_KEY, {})
+            known.update({g: round(s, 2) for g, s in self.seconds.items()})
+            self.config.cache.set(CACHE_KEY, known)
