@@ -319,3 +319,18 @@ def test_ollama_tool_call_and_round_trip(oll, idle_vllm):
                                                     options={"num_predict": 300}))
     assert r2.message.content == TOOL_ANSWER.content
     assert (r2.prompt_eval_count, r2.eval_count) == (saw2.prompt, saw2.generated)
+
+
+# -- count_tokens: vLLM's own tokenizer (/tokenize) ---------------------------------------------------
+
+
+def test_count_tokens_is_the_prompt_vllm_then_processes(ant, gem, idle_vllm):
+    msgs = [{"role": "user", "content": "How many tokens is this? " + directive("plain")}]
+    counted = ant.messages.count_tokens(model=MODEL, messages=msgs).input_tokens
+    _, saw = measured(idle_vllm, lambda: ant.messages.create(model=MODEL, max_tokens=100, messages=msgs))
+    assert counted == saw.prompt
+    contents = "How many tokens is this, Gemini? " + directive("plain")
+    counted = gem.models.count_tokens(model=MODEL, contents=contents).total_tokens
+    _, saw = measured(idle_vllm, lambda: gem.models.generate_content(
+        model=MODEL, contents=contents, config=gt.GenerateContentConfig(max_output_tokens=100)))
+    assert counted == saw.prompt

@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "max_tokens to the room left (vLLM 0.32)")
     parser.add_argument("--sleep-delay-s", type=float, default=0.1, help="vLLM: time POST /sleep takes")
     parser.add_argument("--wake-delay-s", type=float, default=0.3, help="vLLM: time POST /wake_up takes")
+    parser.add_argument("--no-fim", action="store_true",
+                        help="llama.cpp: the model has no FIM tokens, /infill answers 501 (as Gemma 3 does)")
 
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
@@ -86,6 +88,7 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         wake_delay_s=args.wake_delay_s,
         end_of_turn_id=args.end_of_turn_id,
         legacy_context_errors=args.legacy_context_errors,
+        fim=not args.no_fim,
     )
 
 

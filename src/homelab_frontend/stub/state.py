@@ -45,6 +45,7 @@ class StubConfig:
     # vLLM before 0.17 refused prompt + max_tokens over the context ("'max_tokens' ... is too
     # large"); 0.32 fits max_tokens to the room left and refuses only what can never fit.
     legacy_context_errors: bool = False
+    fim: bool = True  # llama.cpp flavour: the model has FIM tokens (/infill); False: Gemma 3's 501
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:
