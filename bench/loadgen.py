@@ -13,7 +13,7 @@ taken from the stub and the gateway it measures. A Protocol that counts content 
 client is used for the direct and the gateway runs, so what it costs cancels in the ratios.
 
 What is counted (per request): status, time to the first content frame (TTFT; streams), content
-frames (OpenAI: frames with a non-empty `content`; Anthropic: `content_block_delta` frames;
+frames (OpenAI: frames with a non-empty `content`, or `reasoning` too with `count_reasoning`; Anthropic: `content_block_delta` frames;
 Ollama: NDJSON lines with a non-empty `content`; Gemini: chunks with a text part), whether the
 stream ended properly (`data: [DONE]` / `message_stop` / `"done":true` / a `finishReason`, no error
 frame or object), and the
@@ -31,6 +31,8 @@ import time
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]+")
 # OpenAI-shaped content frames: a non-empty "content" string (the stub's first frame is "")
 _OPENAI_CONTENT = re.compile(rb'"content": ?"[^"]')
+# ... and with `count_reasoning` (a real model's answer: its reasoning tokens are tokens too)
+_OPENAI_TOKEN = re.compile(rb'"(?:content|reasoning|reasoning_content)": ?"[^"]')
 _ANTHROPIC_CONTENT = b"event: content_block_delta"
 _RESPONSES_CONTENT = b"event: response.output_text.delta"
 # Ollama's NDJSON: one object a line; content lines carry a non-empty "content"
@@ -55,8 +57,9 @@ class Result:
 class Conn(asyncio.Protocol):
     """One keep-alive connection; `request()` sends and resolves when the answer has ended."""
 
-    def __init__(self, stream: bool, dialect: str) -> None:
+    def __init__(self, stream: bool, dialect: str, count_reasoning: bool = False) -> None:
         self.stream = stream
+        self._openai_frames = _OPENAI_TOKEN if count_reasoning else _OPENAI_CONTENT
         self.anthropic = dialect == "anthropic"
         self.responses = dialect == "responses"
         self.ollama = dialect == "ollama"
@@ -194,7 +197,7 @@ class Conn(asyncio.Protocol):
             if b"event: error" in frames:
                 res.error = "error frame"
         else:
-            n = len(_OPENAI_CONTENT.findall(frames))
+            n = len(self._openai_frames.findall(frames))
             if b"data: [DONE]" in frames:
                 res.ok = True
             if b'data: {"error"' in frames:
@@ -243,7 +246,7 @@ def request_bytes(host: str, port: int, path: str, body: bytes, headers: dict[st
 async def _connect(spec: dict) -> Conn:
     loop = asyncio.get_running_loop()
     _, conn = await loop.create_connection(
-        lambda: Conn(spec["stream"], spec["dialect"]), spec["host"], spec["port"]
+        lambda: Conn(spec["stream"], spec["dialect"], spec.get("count_reasoning", False)), spec["host"], spec["port"]
     )
     return conn
 

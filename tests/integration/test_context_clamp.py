@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import R1
 from gwproc import Gateway, config_for
 from rawhttp import post_raw
+from stubproc import start_stub
 
 BIG = "word " * 3000  # ~3000 stub tokens, ~15 kB: a low estimate (bytes/8) takes it for ~2000
 
@@ -64,16 +65,18 @@ def test_a_prompt_that_fills_the_context_is_a_clear_400_before_any_generation(ga
     assert vllm.requests() == []  # refused by the gateway: no generation was even tried
 
 
-def test_without_a_tokenizer_a_refusal_is_retried_once_with_the_exact_room_and_counted(vllm_stub):
+def test_without_a_tokenizer_a_refusal_is_retried_once_with_the_exact_room_and_counted():
     """A backend with no tokenizer endpoint (kind openai, here in front of the vLLM stub): the
-    clamp is a low estimate; when vLLM still refuses, its message says how long the prompt is
-    and the gateway retries once with exactly what fits."""
-    cfg = config_for({"up": {"url": vllm_stub.base, "kind": "openai"}},
-                     {"reasoning": {"backend": "up", "upstream_model": R1, "max_model_len": 4096}})
-    with Gateway(cfg) as gw:
-        vllm_stub.reset()
-        status, raw = ask(gw, 4000, BIG)
-        assert status == 200, raw
-        sent = [r["body"]["max_tokens"] for r in vllm_stub.requests()]
-        assert len(sent) == 2 and sent[1] < sent[0] < 4000
-        assert clamps(gw) == {("up", "retry"): 1.0}
+    clamp is a low estimate; when vLLM still refuses (vLLM before 0.17 refused prompt + max_tokens
+    over the context; 0.32 fits max_tokens itself), its message says how long the prompt is and
+    the gateway retries once with exactly what fits."""
+    with start_stub("vllm", "--reasoning", "--model", R1, "--max-model-len", "4096",
+                    "--legacy-context-errors") as legacy:
+        cfg = config_for({"up": {"url": legacy.base, "kind": "openai"}},
+                         {"reasoning": {"backend": "up", "upstream_model": R1, "max_model_len": 4096}})
+        with Gateway(cfg) as gw:
+            status, raw = ask(gw, 4000, BIG)
+            assert status == 200, raw
+            sent = [r["body"]["max_tokens"] for r in legacy.requests()]
+            assert len(sent) == 2 and sent[1] < sent[0] < 4000
+            assert clamps(gw) == {("up", "retry"): 1.0}

@@ -140,7 +140,7 @@ def assert_one_cancel(stub: StubHandle, before: int, seq_hint: str | None = None
 def test_vllm_stream_shapes(vllm):
     chunks = stream(vllm, "hi [stub reasoning=2 content=3]")
     first = chunks[0]
-    assert set(first) == {"id", "object", "created", "model", "choices", "prompt_token_ids"}
+    assert set(first) == {"id", "object", "created", "model", "choices", "prompt_token_ids", "prompt_text"}
     assert first["id"].startswith("chatcmpl-") and first["object"] == "chat.completion.chunk"
     role = {"role": "assistant", "content": ""}
     assert first["choices"] == [{"index": 0, "delta": role, "logprobs": None, "finish_reason": None}]
@@ -149,16 +149,19 @@ def test_vllm_stream_shapes(vllm):
     token = {"index": 0, "delta": {"reasoning": "Let "}, "logprobs": None, "finish_reason": None, "token_ids": None}
     assert chunks[1]["choices"][0] == token
     last = chunks[-1]["choices"][0]
-    assert last == {
-        "index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "stop", "stop_reason": None, "token_ids": None
+    assert last == {  # an end that brings no text: an empty delta, with a reasoning parser
+        "index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop", "stop_reason": None, "token_ids": None
     }
+    assert chunks[-1]["system_fingerprint"].startswith("vllm-")  # on the last chunk only
+    assert all("system_fingerprint" not in c for c in chunks[:-1])
     assert all("usage" not in c for c in chunks)
     assert len({c["id"] for c in chunks}) == 1
 
 
 def test_vllm_hidden_reasoning_sends_no_empty_chunks(vllm):
     chunks = stream(vllm, "hi [stub reasoning=3 content=1]", include_reasoning=False)
-    assert [c["choices"][0]["delta"] for c in chunks] == [{"role": "assistant", "content": ""}, {"content": "Hello "}, {"content": ""}]
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {"role": "assistant", "content": ""}, {"content": "Hello ", "reasoning": None}, {}]
 
 
 def test_vllm_usage_only_when_asked(vllm):
@@ -232,12 +235,12 @@ def test_vllm_errors(vllm):
     assert status == 400
     error = json.loads(raw)["error"]
     assert error["type"] == "BadRequestError" and error["code"] == 400 and error["param"] == "max_tokens"
-    assert error["message"].startswith(
-        "'max_tokens' or 'max_completion_tokens' is too large: 5000. This model's maximum context length is 4096 tokens"
-    )
+    assert error["message"] == ("max_tokens=5000 cannot be greater than max_model_len=4096. Please request fewer "
+                                "output tokens. (parameter=max_tokens, value=5000)")
     status, _, raw = chat(vllm, "x", model="nope")
     assert status == 404
-    error = {"message": "The model `nope` does not exist.", "type": "NotFoundError", "param": None, "code": 404}
+    error = {"message": f"The model `nope` does not exist. Valid aliases: {VLLM_MODEL}.", "type": "NotFoundError",
+             "param": "model", "code": 404}
     assert json.loads(raw) == {"error": error}
     status, _, raw = chat(vllm, "x", stream_options={"include_usage": True})
     assert status == 400 and json.loads(raw)["error"]["param"] == "stream_options"
@@ -347,7 +350,7 @@ def test_vllm_side_endpoints(vllm):
     sock = open_request(vllm, "x [stub ttft_ms=3000]")
     wait_for(lambda: vllm.stats()["in_flight"] == 1, timeout=1.0)
     _, metrics = get(vllm, "/metrics")
-    assert f'vllm:num_requests_running{{model_name="{VLLM_MODEL}"}} 1.0' in metrics.decode()
+    assert f'vllm:num_requests_running{{engine="0",model_name="{VLLM_MODEL}"}} 1.0' in metrics.decode()
     sock.close()
     wait_for(lambda: vllm.stats()["in_flight"] == 0, timeout=1.0)
 

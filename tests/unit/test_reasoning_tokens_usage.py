@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from homelab_frontend.canonical import Finish, ReasoningDelta, TextDelta, Usage
@@ -74,6 +74,7 @@ _n = st.integers(min_value=0, max_value=10**6)
 
 
 @given(_n, _n, st.one_of(st.none(), _n))
+@example(10, 0, 5)  # reasoning reported with no completion: no thoughtsTokenCount of 0
 def test_gemini_candidates_and_thoughts_add_up_to_vllms_completion_tokens(prompt, completion, reasoning):
     meta = usage_metadata(Usage(prompt, completion, None, reasoning))
     assert meta["candidatesTokenCount"] + meta.get("thoughtsTokenCount", 0) == completion

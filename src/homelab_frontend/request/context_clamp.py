@@ -32,9 +32,12 @@ from .exchange import Exchange
 from .tracker import CONNECTING
 from ..upstream.chat_body import build_body
 
-# Both wordings vLLM has used for the same refusal.
+# The wordings vLLM has used for the same refusal; 0.32's counts a prompt it truncated at one token
+# past the context ("at least 1025"), which is all the gateway needs: there is no room.
 _CTX_OLD = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
 _CTX_NEW = re.compile(r"maximum context length is (\d+) tokens.*?has (\d+) input tokens", re.S)
+_CTX_032 = re.compile(r"maximum context length is (\d+) tokens.*?prompt contains (?:at least )?(\d+) input tokens",
+                      re.S)
 # llama.cpp's exceed_context_size_error (also for stream: true); it refuses only a prompt that
 # alone exceeds a slot's context, and cuts an answer short at the context's end instead.
 _CTX_LLAMA = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
@@ -43,7 +46,7 @@ _CTX_LLAMA = re.compile(r"request \((\d+) tokens\) exceeds the available context
 def context_refusal(message: str) -> tuple[int, int] | None:
     """(context length, prompt tokens) from a vLLM or llama.cpp context-length 400, if that is
     what it is."""
-    for pattern in (_CTX_OLD, _CTX_NEW):
+    for pattern in (_CTX_OLD, _CTX_NEW, _CTX_032):
         m = pattern.search(message)
         if m:
             return int(m.group(1)), int(m.group(2))

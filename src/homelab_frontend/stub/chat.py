@@ -145,7 +145,7 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         return model
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        return flavour.error(400, "[] is too short - 'messages'")
+        return flavour.no_messages()
 
     refusal = flavour.check_request(body)
     if refusal is not None:
@@ -154,11 +154,11 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
     prompt_ids = prompt_token_ids(messages)
     prompt_tokens = len(prompt_ids)
     max_tokens = flavour.max_tokens(body)
-    refusal = flavour.check_context(prompt_tokens, max_tokens, config.max_model_len)
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    refusal = flavour.check_context(prompt_tokens, max_tokens, config.max_model_len, param=param)
     if refusal is not None:
         return refusal
-    if max_tokens is None and flavour.vllm_extras:
-        max_tokens = config.max_model_len - prompt_tokens  # vLLM's implicit cap
+    max_tokens = flavour.output_budget(prompt_tokens, max_tokens, config.max_model_len)
 
     plan = make_plan(
         body,
@@ -177,7 +177,8 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         # server dies mid-generation (the prompt's own fail_after would go to every backend)
         fail_after=(state.failing or {}).get("abort_after", directives.fail_after),
         error_after=directives.error_after,
-        stop_token=directives.stop_token if flavour.vllm_extras else None,
+        stop_token=(directives.stop_token if directives.stop_token is not None else config.end_of_turn_id)
+        if flavour.vllm_extras else None,
         stream_tool_args=flavour.stream_tool_args,
         separate_finish=flavour.separate_finish,
         merge=directives.split,
@@ -199,6 +200,10 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
         reasoning_fields=config.reasoning_fields,
         include_reasoning=body.get("include_reasoning") is not False,
         cached_tokens=cached,
+        # the prompt's whole blocks the cache did not have: written to it now
+        created_cache_tokens=None if cached is None else
+        max(0, prompt_tokens // config.prefix_block * config.prefix_block - cached),
+        reasoning_parser=config.reasoning,
     )
     return Generation(
         id=ctx.id,

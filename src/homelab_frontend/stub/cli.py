@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exit-at-start-file", metavar="FILE",
                         help="like --exit-at-start, with the status read from FILE, only while FILE exists "
                              "(a test makes the next start fail on demand)")
+    parser.add_argument("--end-of-turn-id", type=int, default=None, metavar="ID",
+                        help="vLLM: stop_reason of an answer that ends on its own (a generation-config stop "
+                             "token, as Gemma's 106); default null, as for R1's tokenizer EOS")
+    parser.add_argument("--legacy-context-errors", action="store_true",
+                        help="vLLM < 0.17: refuse prompt + max_tokens over the context instead of fitting "
+                             "max_tokens to the room left (vLLM 0.32)")
     parser.add_argument("--sleep-delay-s", type=float, default=0.1, help="vLLM: time POST /sleep takes")
     parser.add_argument("--wake-delay-s", type=float, default=0.3, help="vLLM: time POST /wake_up takes")
     parser.add_argument("--no-fim", action="store_true",
@@ -80,6 +86,8 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         start_delay_s=args.start_delay_s,
         sleep_delay_s=args.sleep_delay_s,
         wake_delay_s=args.wake_delay_s,
+        end_of_turn_id=args.end_of_turn_id,
+        legacy_context_errors=args.legacy_context_errors,
         fim=not args.no_fim,
     )
 

@@ -30,8 +30,11 @@ class ResponseContext:
     tool_ids: dict[int, str] = field(default_factory=dict)
     # Prompt tokens the prefix cache held; None: the stub models no cache.
     cached_tokens: int | None = None
-    # Reasoning tokens streamed so far (vLLM's completion_tokens_details.reasoning_tokens)
-    reasoning_tokens: int = 0
+    # Prompt tokens this request adds to the cache (whole blocks); None: no cache modelled.
+    created_cache_tokens: int | None = None
+    # vLLM with a reasoning parser counts reasoning tokens in usage.completion_tokens_details.
+    reasoning_parser: bool = False
+    reasoning_tokens: int = 0  # sent so far
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Flavour:
     # vLLM-only request knobs: include_stop_str_in_output, continuous_usage_stats, stop token
     # ids in stop_reason, and max_tokens defaulting to what is left of the context window.
     vllm_extras = False
+    # vLLM < 0.17's context refusals (StubConfig.legacy_context_errors)
+    legacy_context_errors = False
 
     def completion_id(self, headers: Any) -> str:
         raise NotImplementedError
@@ -69,8 +74,11 @@ class Flavour:
     def unauthorized(self) -> Rejection:
         return self.error(401, "Unauthorized")
 
-    def model_not_found(self, model: str) -> Rejection:
+    def model_not_found(self, model: str, served: tuple[str, ...] = ()) -> Rejection:
         raise NotImplementedError
+
+    def no_messages(self) -> Rejection:
+        return self.error(400, "[] is too short - 'messages'")
 
     def missing_model(self) -> Rejection | None:
         """None: serve the default model (vLLM); else the refusal."""
@@ -80,7 +88,7 @@ class Flavour:
         if not requested:
             return self.missing_model() or served[0]
         if requested not in served:
-            return self.model_not_found(str(requested))
+            return self.model_not_found(str(requested), served)
         return requested
 
     def max_tokens(self, body: dict) -> int | None:
@@ -93,8 +101,13 @@ class Flavour:
         """Flavour-specific request validation beyond model and messages."""
         return None
 
-    def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> Rejection | None:
+    def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int,
+                      *, param: str = "max_tokens") -> Rejection | None:
         return None
+
+    def output_budget(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int | None:
+        """The tokens an accepted request may generate (None: no limit but the plan's)."""
+        return max_tokens
 
     def models_list(self, models: list[str], max_model_len: int, created: int) -> dict:
         raise NotImplementedError

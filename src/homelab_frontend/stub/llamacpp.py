@@ -68,13 +68,14 @@ class LlamaCpp(Flavour):
     def unauthorized(self) -> Rejection:
         return self.error(401, "Invalid API Key")
 
-    def model_not_found(self, model: str) -> Rejection:
+    def model_not_found(self, model: str, served: tuple[str, ...] = ()) -> Rejection:
         return self.error(404, f"model '{model}' not found")
 
     def resolve_model(self, requested: Any, served: tuple[str, ...]) -> str | Rejection:
         return served[0]  # one model per server: the name in a request is not checked
 
-    def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> Rejection | None:
+    def check_context(self, prompt_tokens: int, max_tokens: int | None, max_model_len: int,
+                      *, param: str = "max_tokens") -> Rejection | None:
         if prompt_tokens <= max_model_len:
             return None
         rejection = self.error(400, f"request ({prompt_tokens} tokens) exceeds the available context size "

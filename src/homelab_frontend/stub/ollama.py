@@ -56,7 +56,7 @@ class Ollama(Flavour):
         error = {"message": message, "type": _error_type(status), "param": None, "code": None}
         return Rejection(status, {"error": error})
 
-    def model_not_found(self, model: str) -> Rejection:
+    def model_not_found(self, model: str, served: tuple[str, ...] = ()) -> Rejection:
         return self.error(404, f"model {json.dumps(model)} not found, try pulling it first")
 
     def missing_model(self) -> Rejection | None:

@@ -91,7 +91,7 @@ async def _tokenize(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     # vLLM labels its metrics with the first served model name only.
-    label = f'model_name="{state.config.models[0]}"'
+    label = f'engine="0",model_name="{state.config.models[0]}"'
     text = (
         "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
         "# TYPE vllm:num_requests_running gauge\n"
@@ -294,6 +294,7 @@ async def _requests(request: web.Request) -> web.Response:
 
 def build_app(config: StubConfig) -> web.Application:
     flavour = make_flavour(config.flavour)
+    flavour.legacy_context_errors = config.legacy_context_errors
     if not config.models:
         config = replace(config, models=(flavour.default_model,))
     state = StubState(config=config, log=EventLog(config.log))

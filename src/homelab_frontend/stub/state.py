@@ -38,6 +38,13 @@ class StubConfig:
     start_delay_s: float = 0.0
     sleep_delay_s: float = 0.1
     wake_delay_s: float = 0.3
+    # vLLM: the token id reported as `stop_reason` when an answer ends on its own (a stop token of
+    # the model's generation config, as Gemma's end of turn 106); None: the tokenizer's own EOS
+    # ends it, reported as null (DeepSeek-R1's).
+    end_of_turn_id: int | None = None
+    # vLLM before 0.17 refused prompt + max_tokens over the context ("'max_tokens' ... is too
+    # large"); 0.32 fits max_tokens to the room left and refuses only what can never fit.
+    legacy_context_errors: bool = False
     fim: bool = True  # llama.cpp flavour: the model has FIM tokens (/infill); False: Gemma 3's 501
 
     @property

@@ -200,7 +200,7 @@ def _generate(plan: Plan, limits: Limits) -> list[Event]:
         return events + [f]
     if plan.tool_call is not None:
         finish = "stop" if plan.named_tool_choice else limits.tool_finish
-        return events + [Step(finish=finish)]
+        return events + [Step(finish=finish, stop_reason=limits.stop_token)]
     # EOS decodes to nothing; whatever the stop filter held back goes out with it.
     return events + [Step(content=stop_filter.flush(), finish="stop", stop_reason=limits.stop_token)]
 

@@ -69,7 +69,32 @@ def test_llamacpp_serves_its_one_model_whatever_the_name():
     assert status == 200 and body["choices"][0]["message"]["content"]
 
 
-def test_vllm_refuses_max_tokens_past_the_context():
-    status, body, _ = _post("vllm", {"model": "up-m", "max_tokens": 10_000,
-                                     "messages": [{"role": "user", "content": "hi"}]})
-    assert status == 400 and "context" in repr(body).lower(), body
+def test_vllm_fits_max_tokens_to_the_room_the_prompt_leaves():
+    """As vLLM 0.32: prompt + max_tokens over the context is fitted, not refused (5 prompt tokens
+    of 64: 59 to generate); more than the whole context, or less than 1, is refused."""
+    hi = [{"role": "user", "content": "hi [stub content=100]"}]
+    status, body, _ = _post("vllm", {"model": "up-m", "max_tokens": 60, "messages": hi})
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length", body
+    assert body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] == 64
+    status, body, _ = _post("vllm", {"model": "up-m", "max_tokens": 10_000, "messages": hi})
+    assert status == 400 and body["error"]["param"] == "max_tokens", body
+    assert body["error"]["message"].startswith("max_tokens=10000 cannot be greater than max_model_len=64.")
+    status, body, _ = _post("vllm", {"model": "up-m", "max_completion_tokens": 0, "messages": hi})
+    assert status == 400 and body["error"]["message"].startswith("max_tokens must be at least 1, got 0."), body
+    status, body, _ = _post("vllm", {"model": "up-m", "messages": [{"role": "user", "content": "w " * 60}]})
+    assert status == 400 and body["error"]["message"].startswith("max_tokens must be at least 1, got 0."), body
+    status, body, _ = _post("vllm", {"model": "up-m", "messages": [{"role": "user", "content": "w " * 61}]})
+    assert status == 400 and body["error"]["param"] == "input_tokens", body
+    assert "your prompt contains at least 65 input tokens" in body["error"]["message"]
+
+
+def test_vllm_legacy_context_errors_refuse_what_0_32_fits():
+    async def main():
+        config = StubConfig(models=("up-m",), max_model_len=64, legacy_context_errors=True)
+        async with StubServer(config) as stub, aiohttp.ClientSession() as http:
+            body = {"model": "up-m", "max_tokens": 60, "messages": [{"role": "user", "content": "hi"}]}
+            async with http.post(stub.url + "/v1/chat/completions", json=body) as r:
+                return r.status, await r.json()
+
+    status, body = asyncio.run(main())
+    assert status == 400 and body["error"]["message"].startswith("'max_tokens' or 'max_completion_tokens' is too large")

@@ -228,6 +228,11 @@ def test_stop_is_not_checked_against_reasoning_and_held_text_is_flushed_at_the_e
 def test_stop_token_becomes_the_stop_reason_of_a_natural_end():
     events = timeline(plan_for(user("x [stub content=1]")), Limits(stop_token=151643))
     assert events[-1].stop_reason == 151643
+    # a tool call ends on the same token (vLLM: finish_reason tool_calls, stop_reason 106 for Gemma)
+    body = {**user("go [stub tool=Bash]"), "tools": BASH}
+    assert timeline(plan_for(body), Limits(stop_token=106))[-1] == Step(finish="tool_calls", stop_reason=106)
+    # a length end is no stop token's
+    assert timeline(plan_for(user("x [stub content=5]")), Limits(max_tokens=2, stop_token=106))[-1].stop_reason is None
 
 
 def test_tool_call_streams_name_then_argument_fragments():

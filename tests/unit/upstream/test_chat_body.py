@@ -100,3 +100,13 @@ def test_context_refusal_both_vllm_wordings():
     assert context_refusal(old) == (4096, 1000)
     assert context_refusal(new) == (4096, 1000)
     assert context_refusal("model not found") is None
+
+
+def test_context_refusal_vllm_032_wording():
+    """vLLM 0.32 refuses only a prompt that alone exceeds the context (it fits max_tokens itself),
+    counting a prompt it cut at one token past the context."""
+    msg = ("This model's maximum context length is 1024 tokens. However, your prompt contains at least 1025 "
+           "input tokens, which exceeds this limit even without any output tokens. Please reduce the length of "
+           "the input prompt. (parameter=input_tokens, value=1025)")
+    assert context_refusal(msg) == (1024, 1025)
+    assert context_refusal(msg.replace("at least ", "")) == (1024, 1025)

@@ -64,12 +64,14 @@ def usage_metadata(u: c.Usage) -> dict[str, int] | None:
     out: dict[str, int] = {}
     if u.input_tokens is not None:
         out["promptTokenCount"] = u.input_tokens
-    thoughts = u.reasoning_tokens if u.reasoning_tokens and u.output_tokens is not None else 0
+    # a backend's reasoning count never exceeds its completion count as sent here (clamped: a
+    # broken upstream must not make candidates negative), and a zero is not sent, as Google does not
+    thoughts = min(u.reasoning_tokens or 0, u.output_tokens or 0)
     if u.output_tokens is not None:
         # Google counts the thoughts apart: candidates are the answer alone, and the total both
-        out["candidatesTokenCount"] = u.output_tokens - min(thoughts, u.output_tokens)
+        out["candidatesTokenCount"] = u.output_tokens - thoughts
     if thoughts:
-        out["thoughtsTokenCount"] = min(thoughts, u.output_tokens or 0)
+        out["thoughtsTokenCount"] = thoughts
     if u.input_tokens is not None or u.output_tokens is not None:
         out["totalTokenCount"] = (u.input_tokens or 0) + (u.output_tokens or 0)
     if u.cached_input_tokens is not None:
