@@ -5,6 +5,9 @@
 - `qwen2.5:3b-instruct` on an Ollama-flavoured stub;
 - Claude Code's and Gemini CLI's model names aliased onto them.
 Tokens come every 20 ms; a prompt of `long` keeps generating for several seconds. Ctrl-C stops all.
+
+Only glue (processes started and stopped): tests/integration/test_seed_verify.py runs it as a
+user would (tests/support/unit_coverage.py's GLUE).
 """
 
 from __future__ import annotations
