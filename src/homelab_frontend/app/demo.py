@@ -21,8 +21,11 @@ import sys
 import tempfile
 import time
 
-REASONING_LOG = "/tmp/stub-reasoning.log"
-OLLAMA_LOG = "/tmp/stub-ollama.log"
+# /tmp, as the seed's Verify commands read it; HLF_DEMO_LOG_DIR moves both logs (the test suite
+# gives each run its own directory, so that two runs on one machine do not count each other's)
+LOG_DIR = os.environ.get("HLF_DEMO_LOG_DIR") or "/tmp"
+REASONING_LOG = os.path.join(LOG_DIR, "stub-reasoning.log")
+OLLAMA_LOG = os.path.join(LOG_DIR, "stub-ollama.log")
 
 CONFIG = """\
 # Written by `homelab-frontend demo`; edit and send SIGHUP to the gateway to reload.
