@@ -6,6 +6,7 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 import fastset
 import xdist_groups
@@ -84,6 +85,9 @@ def pytest_configure(config):
     config.pluginmanager.register(xdist_groups.NodeIdSuffix(), "hlf-group-suffix")
     if fastset.active():
         fastset.install()
+        # fewer examples for the property tests that set no count of their own
+        settings.register_profile("fast", max_examples=25)
+        settings.load_profile("fast")
 
 
 def pytest_xdist_make_scheduler(config, log):
