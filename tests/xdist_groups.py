@@ -86,7 +86,8 @@ class NodeIdSuffix:
 def make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadGroupScheduling
 
-    seconds: dict[str, float] = config.cache.get(CACHE_KEY, {}) if config.cache else {}
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
+    seconds: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
 
     class SlowestFirst(LoadGroupScheduling):
         _ordered = False
@@ -120,7 +121,7 @@ class GroupClock:
         self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.seconds and self.config.cache is not None:
+        if self.seconds and getattr(self.config, "cache", None) is not None:
             known = self.config.cache.get(CACHE_KEY, {})
             known.update({g: round(s, 2) for g, s in self.seconds.items()})
             self.config.cache.set(CACHE_KEY, known)
