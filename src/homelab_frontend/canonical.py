@@ -119,6 +119,8 @@ class Usage(msgspec.Struct, tag="usage", frozen=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
     cached_input_tokens: int | None = None
+    # of output_tokens, those spent reasoning (vLLM's completion_tokens_details.reasoning_tokens)
+    reasoning_tokens: int | None = None
 
     def over(self, earlier: "Usage") -> "Usage":
         """This report laid over an earlier one: upstreams send usage more than once (vLLM's
@@ -126,12 +128,14 @@ class Usage(msgspec.Struct, tag="usage", frozen=True):
         left out now keeps its earlier value."""
         if ((self.input_tokens is not None or earlier.input_tokens is None)
                 and (self.output_tokens is not None or earlier.output_tokens is None)
-                and (self.cached_input_tokens is not None or earlier.cached_input_tokens is None)):
+                and (self.cached_input_tokens is not None or earlier.cached_input_tokens is None)
+                and (self.reasoning_tokens is not None or earlier.reasoning_tokens is None)):
             return self  # the common case (every chunk of vLLM's continuous usage): nothing to keep
         return Usage(
             self.input_tokens if self.input_tokens is not None else earlier.input_tokens,
             self.output_tokens if self.output_tokens is not None else earlier.output_tokens,
             self.cached_input_tokens if self.cached_input_tokens is not None else earlier.cached_input_tokens,
+            self.reasoning_tokens if self.reasoning_tokens is not None else earlier.reasoning_tokens,
         )
 
 

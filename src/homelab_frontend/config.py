@@ -104,6 +104,29 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
         return self.kind == "llamacpp"
 
 
+class Fim(msgspec.Struct, forbid_unknown_fields=True):
+    """A model's fill-in-the-middle template: the tokens around a prefix P and a suffix S. `psm`
+    (most families) renders prefix + P + suffix + S + middle; `spm` (Codestral) renders
+    suffix + S + prefix + P + middle. The model then generates the middle."""
+
+    prefix: str
+    suffix: str
+    middle: str = ""
+    order: Literal["psm", "spm"] = "psm"
+
+
+# The common families' templates, each checked against the special tokens of that family's
+# tokenizer (docs/code-completion.md names the sources). CodeLlama's tokens carry their spaces:
+# its training format is "<PRE> " + P + " <SUF>" + S + " <MID>".
+FIM_PRESETS: dict[str, Fim] = {
+    "qwen2.5-coder": Fim("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+    "deepseek-coder": Fim("<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>"),
+    "codellama": Fim("<PRE> ", " <SUF>", " <MID>"),
+    "starcoder2": Fim("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+    "codestral": Fim("[PREFIX]", "[SUFFIX]", "", order="spm"),
+}
+
+
 MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio")
 
 
@@ -127,6 +150,20 @@ class Model(msgspec.Struct, forbid_unknown_fields=True):
     # embedding, insert, audio), when its backends do not say (vLLM never does; Ollama and
     # llama.cpp do, and win). Left out: only `completion` is claimed.
     capabilities: list[str] | None = None
+    # Code completion (docs/code-completion.md). `fim`: the model's fill-in-the-middle template,
+    # or a preset's name (FIM_PRESETS, any case): a completion with a `suffix` is rendered into one
+    # prompt with it. Left out: a `suffix` goes to a llama.cpp backend's /infill, or is a 400.
+    fim: Fim | str | None = None
+    # A client's new completion on this model cancels its previous one (queued or generating).
+    supersede: bool = False
+    # Queue order between this model's requests and others' on a shared backend: higher first
+    # (added to the key's priority).
+    priority: int = 0
+
+    def fim_template(self) -> Fim | None:
+        if isinstance(self.fim, str):
+            return FIM_PRESETS.get(self.fim.lower())
+        return self.fim
 
     def backend_names(self) -> list[str]:
         if self.backends:
@@ -213,6 +250,13 @@ class Tracing(msgspec.Struct, forbid_unknown_fields=True):
     capture_content: bool = False  # the prompt's last user text as an attribute; off: no prompt text
 
 
+class Completions(msgspec.Struct, forbid_unknown_fields=True):
+    """Code completion endpoints (surfaces/completions/)."""
+
+    # The model of an /infill request that names none (llama.vscode sends no model)
+    default_model: str | None = None
+
+
 class Cluster(msgspec.Struct, forbid_unknown_fields=True):
     redis_url: str
     lease_s: float = 10.0
@@ -232,6 +276,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True):
     cluster: Cluster | None = None
     usage: Usage = msgspec.field(default_factory=Usage)
     tracing: Tracing = msgspec.field(default_factory=Tracing)
+    completions: Completions = msgspec.field(default_factory=Completions)
     resources: dict[str, float] = msgspec.field(default_factory=dict)  # what managed backends share
     lifecycle: Lifecycle = msgspec.field(default_factory=Lifecycle)
     shutdown_grace_s: float = 30.0  # SIGTERM: how long in-flight requests may finish
@@ -333,6 +378,20 @@ def _fallback_problems(models: dict[str, Model]) -> list[str]:
     return problems
 
 
+def _fim_problems(p: str, m: Model) -> list[str]:
+    if isinstance(m.fim, str):
+        if m.fim.lower() not in FIM_PRESETS:
+            return [f"{p}.fim: unknown preset {m.fim!r} (known: {', '.join(FIM_PRESETS)}; "
+                    "or give {prefix, suffix, middle})"]
+        return []
+    if m.fim is not None:
+        problems = [f"{p}.fim.{k}: must not be empty" for k in ("prefix", "suffix") if not getattr(m.fim, k)]
+        if m.fim.order == "psm" and not m.fim.middle:
+            problems.append(f"{p}.fim.middle: must not be empty for order psm (what tells the model to write the middle?)")
+        return problems
+    return []
+
+
 def _check(cfg: Config, raw_backends: dict) -> list[str]:
     problems: list[str] = []
     if not (0 <= cfg.listen.port <= 65535):
@@ -376,11 +435,15 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
             if cap not in MODEL_CAPABILITIES:
                 problems.append(f"{p}.capabilities[{k}]: unknown capability {cap!r} "
                                 f"(known: {', '.join(MODEL_CAPABILITIES)})")
+        problems += _fim_problems(p, m)
         for i, bname in enumerate(names):
             key = f"{p}.backend" if m.backend else f"{p}.backends[{i}]"
             if bname not in cfg.backends and bname not in raw_backends:
                 problems.append(f"{key}: no backend named {bname!r}")
     problems += _fallback_problems(cfg.models)
+    dm = cfg.completions.default_model
+    if dm is not None and dm not in cfg.models and dm not in cfg.aliases:
+        problems.append(f"completions.default_model: no model named {dm!r}")
     for pattern, target in cfg.aliases.items():
         if target not in cfg.models:
             problems.append(f"aliases.{pattern}: no model named {target!r}")

@@ -68,7 +68,8 @@ def test_generate_content_and_the_stream_say_the_same(stack, model, version):
     assert whole.candidates[0].finish_reason == types.FinishReason.STOP
     u = whole.usage_metadata
     assert u.candidates_token_count >= 6 and u.prompt_token_count > 0
-    assert u.total_token_count == u.prompt_token_count + u.candidates_token_count
+    # the thoughts apart from the candidates, as Google counts them (vLLM's reasoning_tokens)
+    assert u.total_token_count == u.prompt_token_count + u.candidates_token_count + (u.thoughts_token_count or 0)
     assert chunks[-1].usage_metadata.candidates_token_count == u.candidates_token_count
     assert all(ch.usage_metadata is None for ch in chunks[:-1])
     assert [bool(r["body"].get("stream")) for r in stub.requests()[-2:]] == [model == "gemma", True]

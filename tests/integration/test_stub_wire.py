@@ -164,7 +164,8 @@ def test_vllm_hidden_reasoning_sends_no_empty_chunks(vllm):
 def test_vllm_usage_only_when_asked(vllm):
     chunks = stream(vllm, "hi [stub reasoning=1 content=2]", stream_options={"include_usage": True})
     assert chunks[-1]["choices"] == []
-    assert chunks[-1]["usage"] == {"prompt_tokens": 4 + 4, "total_tokens": 11, "completion_tokens": 3}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 4 + 4, "total_tokens": 11, "completion_tokens": 3,
+                                   "completion_tokens_details": {"reasoning_tokens": 1}}
     assert all("usage" not in c for c in chunks[:-1])
     options = {"include_usage": True, "continuous_usage_stats": True}
     continuous = stream(vllm, "hi [stub reasoning=0 content=2]", stream_options=options)
@@ -222,7 +223,8 @@ def test_vllm_non_streaming_body(vllm):
     assert message["content"] == "Hello from " and message["reasoning"] == "Let me "
     assert "tool_calls" not in message
     assert body["choices"][0]["finish_reason"] == "stop" and body["choices"][0]["stop_reason"] is None
-    assert body["usage"] == {"prompt_tokens": 8, "total_tokens": 12, "completion_tokens": 4, "prompt_tokens_details": None}
+    assert body["usage"] == {"prompt_tokens": 8, "total_tokens": 12, "completion_tokens": 4, "prompt_tokens_details": None,
+                             "completion_tokens_details": {"reasoning_tokens": 2}}
 
 
 def test_vllm_errors(vllm):

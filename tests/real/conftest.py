@@ -33,3 +33,31 @@ def idle_llama(llama, llama_gw):
     evidence), and the gateway holding no slot."""
     wait_for(llama.idle, timeout=30, interval=0.05)
     yield llama
+
+
+# -- the real vLLM (tests/vllmproc.py): one server for every module that shares it --------------
+
+
+@pytest.fixture(scope="session")
+def vllm():
+    from vllmproc import VllmServer, require_vllm
+
+    require_vllm()
+    with VllmServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def vllm_gw(vllm):
+    from vllmproc import vllm_config
+
+    with Gateway(vllm_config(vllm.base)) as gw:
+        yield gw
+
+
+@pytest.fixture
+def idle_vllm(vllm, vllm_gw):
+    """The shared vLLM with nothing running or waiting, and the gateway holding no slot."""
+    wait_for(vllm.idle, timeout=60, interval=0.1)
+    wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=30, interval=0.1)
+    yield vllm

@@ -56,27 +56,16 @@ import logging
 import os
 import socket
 from collections import Counter
-from typing import Any, Iterable, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .slots import QueueFront, WaitQueue, _Waiter, granted as _granted
+from .lease import Holder, Lease, SharedLease
+from .redis_scripts import ACQUIRE, RELEASE, RENEW, VIEW
+from .slots import QueueFront, WaitQueue, _Waiter
 
 log = logging.getLogger("homelab_frontend.cluster")
-
-
-class Tracked(Protocol):
-    """The request a lease is taken for (request.tracker.Tracked): its id names the lease, and a
-    lost lease cancels it. Declared here: admission does not import the request layer."""
-
-    id: str
-    task: asyncio.Task | None
-
-    def cancel(self, reason: str, message: str = "") -> bool: ...
-
-
-Tracker = Iterable[Tracked]  # every request in flight (request.tracker.Tracker)
 
 PREFIX = "hlf"
 EPOCH_KEY = f"{PREFIX}:epoch"
@@ -97,108 +86,6 @@ def free_channel(backend: str) -> str:
     return f"{PREFIX}:free:{backend}"
 
 
-# -- the scripts --------------------------------------------------------------------------------
-# KEYS[1] is a backend's lease set, KEYS[2] (where used) the epoch key. Times are ms of Redis's TIME.
-
-# The epoch key holds "<grace end> <epoch start>" (ms); `holder` is 1 when the calling replica
-# holds slots, `discovery` the short grace for one that holds none (see the docstring).
-_CLOCK = """
-local function clock()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function grace_left(now, lease, holder, discovery)
-  local g = redis.call('GET', KEYS[2])
-  if not g then
-    local grace = discovery
-    if holder == 1 then grace = lease end
-    redis.call('SET', KEYS[2], string.format('%d %d', now + grace, now))
-    return grace
-  end
-  local left = tonumber(string.match(g, '^(-?%d+)')) - now
-  if left > 0 then return left end
-  return 0
-end
--- a lost lease re-registered during the grace: the grace lasts lease_s from the epoch's start
-local function full_grace(now, lease)
-  local g = redis.call('GET', KEYS[2])
-  local born = g and tonumber(string.match(g, ' (%d+)$'))
-  if born and born + lease > now then
-    redis.call('SET', KEYS[2], string.format('%d %d', born + lease, born))
-    return born + lease - now
-  end
-  return 0
-end
-"""
-
-# ARGV: lease_ms, limit, member, holder, discovery_ms -> {taken 0/1, slots in use, grace ms left}
-# Idempotent (a member already in the set is simply held), so a call retried after a dropped
-# connection cannot take two slots or mistake its own slot for somebody else's.
-ACQUIRE = _CLOCK + """
-local now = clock()
-local lease = tonumber(ARGV[1])
-local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local n = redis.call('ZCARD', KEYS[1])
-if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-  return {1, n, 0}
-end
-if grace > 0 then return {0, n, grace} end
-if n < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-  return {1, n + 1, 0}
-end
-return {0, n, 0}
-"""
-
-# ARGV: channel, member... -> how many were given back. The message carries the count left in
-# use, so every replica's view of the backend's load is fresh without asking.
-RELEASE = """
-local freed = 0
-for i = 2, #ARGV do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
-if freed > 0 then redis.call('PUBLISH', ARGV[1], redis.call('ZCARD', KEYS[1])) end
-return freed
-"""
-
-# ARGV: lease_ms, limit, channel, holder, discovery_ms, n_drop, drop..., renew...
-# -> {grace ms left, lost members, re-added members, every live member}
-# A member still in the set is extended. A missing one (Redis lost it, or it expired) is added
-# back during an epoch's grace (every holder is re-registering then), or when there is room; when
-# there is none it is lost and its request must stop.
-RENEW = _CLOCK + """
-local now = clock()
-local lease = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local grace = grace_left(now, lease, tonumber(ARGV[4]), tonumber(ARGV[5]))
-local ndrop = tonumber(ARGV[6])
-local freed = 0
-for i = 7, 6 + ndrop do freed = freed + redis.call('ZREM', KEYS[1], ARGV[i]) end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local lost, readded = {}, {}
-for i = 7 + ndrop, #ARGV do
-  local m = ARGV[i]
-  if redis.call('ZSCORE', KEYS[1], m) then
-    redis.call('ZADD', KEYS[1], now + lease, m)
-  elseif grace > 0 or redis.call('ZCARD', KEYS[1]) < limit then
-    redis.call('ZADD', KEYS[1], now + lease, m)
-    readded[#readded + 1] = m
-  else
-    lost[#lost + 1] = m
-  end
-end
-if grace > 0 and #readded > 0 then grace = full_grace(now, lease) end
-if freed > 0 then redis.call('PUBLISH', ARGV[3], redis.call('ZCARD', KEYS[1])) end
-return {grace, lost, readded, redis.call('ZRANGE', KEYS[1], 0, -1)}
-"""
-
-# -> {now ms, {member, expiry ms, ...}} of the live leases, read-only (for the admin view)
-VIEW = _CLOCK + """
-local now = clock()
-return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf', 'WITHSCORES')}
-"""
-
-
 def replica_of(member: str) -> str:
     return member.rsplit(":", 1)[0]
 
@@ -217,9 +104,10 @@ def describe_url(url: str) -> str:
 
 class Registry:
     """This process's link to the shared slot state: the Redis client, the pub/sub listener, lease
-    renewal, reconnection, and stopping requests whose leases can no longer be vouched for."""
+    renewal, reconnection, and stopping requests whose leases can no longer be vouched for. Its
+    pools talk to Redis through its public calls (`take`, `give_back`, `renew`, `live`)."""
 
-    def __init__(self, cfg: cfgmod.Cluster, tracker: Tracker) -> None:
+    def __init__(self, cfg: cfgmod.Cluster) -> None:
         try:
             import redis.asyncio as aioredis
             from redis.asyncio.retry import Retry
@@ -231,7 +119,6 @@ class Registry:
                 "pip install 'homelab-frontend[redis]'"
             ]) from None
         self.cfg = cfg
-        self.tracker = tracker
         self.replica = cfg.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.lease_s = cfg.lease_s
         self.lease_ms = max(1, int(cfg.lease_s * 1000))
@@ -292,15 +179,15 @@ class Registry:
             if task is not None:
                 task.cancel()
         for pool in self.pools.values():
-            pool._stop(GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5))
+            pool.stop(GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5))
         pending = [t for t in self._tasks if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=2 * self.op_timeout)
         for pool in self.pools.values():
-            members = [*pool._held, *pool._dangling]
+            members = pool.members()
             if members:
                 try:
-                    await self.call(self._release, [pool.key], [pool.channel, *members])
+                    await self.give_back(pool, members)
                 except GatewayError:
                     pass  # unreachable: the leases expire within lease_s anyway
         closer = getattr(self.client, "aclose", None) or self.client.close
@@ -317,7 +204,7 @@ class Registry:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- calls --------------------------------------------------------------------------------
+    # -- calls (each bounded; a failure marks Redis down and raises `unreachable()`) ----------
 
     async def call(self, script, keys: list[str], args: list[Any]) -> Any:
         try:
@@ -326,6 +213,32 @@ class Registry:
         except self._errors as err:
             self._mark_down(err)
             raise self.unreachable() from None
+
+    async def take(self, pool: "RedisSlotPool", member: str) -> tuple[bool, int]:
+        """One try to add `member` to `pool`'s lease set -> (taken, slots in use)."""
+        taken, n, grace = await self.call(
+            self._acquire, [pool.key, EPOCH_KEY],
+            [self.lease_ms, pool.slots, member, self.holds_any(), self.discovery_ms])
+        self.note_grace(int(grace))
+        return bool(taken), int(n)
+
+    async def give_back(self, pool: "RedisSlotPool", members: list[str]) -> None:
+        await self.call(self._release, [pool.key], [pool.channel, *members])
+
+    async def renew(self, pool: "RedisSlotPool", drops: list[str], members: list[str]
+                    ) -> tuple[list[str], list[str], list[str]]:
+        """Renew `members`, give back `drops` -> (lost, re-added, every live member)."""
+        grace, lost, readded, live = await self.call(
+            self._renew, [pool.key, EPOCH_KEY],
+            [self.lease_ms, pool.slots, pool.channel, self.holds_any(), self.discovery_ms,
+             len(drops), *drops, *members])
+        self.note_grace(int(grace))
+        return list(lost), list(readded), list(live)
+
+    async def live(self, pool: "RedisSlotPool") -> tuple[float, list[str], list[float]]:
+        """Redis's clock now (ms), and the live leases of `pool` with their expiries (ms)."""
+        now, flat = await self.call(self._view, [pool.key], [])
+        return float(now), list(flat[::2]), [float(x) for x in flat[1::2]]
 
     def unreachable(self) -> GatewayError:
         return GatewayError(
@@ -345,7 +258,7 @@ class Registry:
         if self.down_since is None:
             self.down_since = asyncio.get_running_loop().time()
         for pool in self.pools.values():
-            pool._fail_waiters(self.unreachable())
+            pool.fail_waiters(self.unreachable())
         if not self._closed and (self._fencer is None or self._fencer.done()):
             self._fencer = self.spawn(self._fence_loop())
 
@@ -361,19 +274,11 @@ class Registry:
 
     def holds_any(self) -> int:
         """1 when this replica holds slots (leases it would lose), for the epoch scripts."""
-        return int(any(p._dangling or any(h.bound for h in p._held.values()) for p in self.pools.values()))
+        return int(any(p.holds_any() for p in self.pools.values()))
 
     @property
     def discovery_ms(self) -> int:
         return min(self.lease_ms, int(DISCOVERY_S * 1000))
-
-    def request_for(self, task: asyncio.Task | None) -> Tracked | None:
-        if task is None:
-            return None
-        for t in self.tracker:
-            if t.task is task:
-                return t
-        return None
 
     # -- background ---------------------------------------------------------------------------
 
@@ -395,7 +300,7 @@ class Registry:
     async def _renew_all(self) -> bool:
         for pool in list(self.pools.values()):
             try:
-                await pool._renew()
+                await pool.renew()
             except GatewayError:
                 return False
         return True
@@ -410,7 +315,7 @@ class Registry:
         if await self._renew_all():  # the first call re-registers whatever is still running
             self.ok = True
             if was_down:
-                held = sum(len(p._held) for p in self.pools.values())
+                held = sum(len(p.leases()) for p in self.pools.values())
                 log.warning("cluster: Redis at %s is back after %.1f s; %d held slots re-registered",
                             self.where, asyncio.get_running_loop().time() - self.down_since, held)
             self.down_since = None
@@ -435,11 +340,10 @@ class Registry:
                     if msg and msg.get("type") == "pmessage":
                         pool = self.pools.get(str(msg["channel"])[len(FREE_PATTERN) - 1:])
                         if pool is not None:
-                            pool._wake.set()
                             try:
-                                pool.in_use = int(msg["data"])
+                                pool.freed(int(msg["data"]))
                             except (TypeError, ValueError):
-                                pass
+                                pool.freed(None)
             except Exception as err:  # noqa: BLE001 - best effort, and it must not die
                 broken = True
                 if not isinstance(err, self._errors):
@@ -459,13 +363,13 @@ class Registry:
             now = loop.time()
             soonest = now + 1.0
             for pool in list(self.pools.values()):
-                for member, h in list(pool._held.items()):
-                    if not h.bound or h.fenced:
+                for lease in pool.leases():
+                    if not lease.bound or lease.fenced:
                         continue
-                    deadline = h.valid_from + self.lease_s - self.margin
+                    deadline = lease.valid_from + self.lease_s - self.margin
                     if now >= deadline:
-                        pool._fence(member, "Redis stayed unreachable for longer than the slot lease "
-                                            f"(cluster.lease_s = {self.lease_s:g} s)")
+                        pool.fence(lease, "Redis stayed unreachable for longer than the slot lease "
+                                          f"(cluster.lease_s = {self.lease_s:g} s)")
                     else:
                         soonest = min(soonest, deadline)
             await asyncio.sleep(max(0.01, min(soonest - now, RECONNECT_S)))
@@ -480,16 +384,16 @@ class Registry:
             leases = None
             if self.ok:
                 try:
-                    now, flat = await self.call(self._view, [pool.key], [])
+                    now, members, expiries = await self.live(pool)
                 except GatewayError:
                     pass
                 else:
                     leases = []
-                    for member, score in zip(flat[::2], flat[1::2]):
+                    for member, score in zip(members, expiries):
                         replica, _, request = member.rpartition(":")
                         leases.append({"replica": replica, "request": request,
-                                       "expires_in_s": round((float(score) - float(now)) / 1000, 3)})
-                    pool._seen(flat[::2])
+                                       "expires_in_s": round((score - now) / 1000, 3)})
+                    pool.seen(members)
             backends[name] = {"slots": pool.slots, "in_use": pool.in_use, "held_here": pool.held,
                               "replicas": {r: n for r, n in sorted(pool.holders.items()) if n},
                               "leases": leases}
@@ -514,27 +418,15 @@ class Registry:
 # -- the pool -------------------------------------------------------------------------------------
 
 
-class _Holder:
-    __slots__ = ("task", "tracked", "valid_from", "bound", "fenced")
-
-    def __init__(self, task: asyncio.Task | None, tracked: Tracked | None, sent_at: float) -> None:
-        self.task = task
-        self.tracked = tracked
-        # loop time the last take or renewal that covered it was *sent*: Redis stamped it later,
-        # so the lease ends no earlier than valid_from + lease_s
-        self.valid_from = sent_at
-        self.bound = False  # the take succeeded and the slot is the request's
-        self.fenced = False
-
-
-class _RWaiter(_Waiter):
-    __slots__ = ("task", "tracked")
-
-
 class RedisSlotPool(QueueFront):
     """A backend's slots as Redis leases. The queue in front (fairness, priority, depth, timeout,
-    Retry-After) is the same `WaitQueue` the in-process `SlotPool` uses; what is this class's own is
-    taking and giving back, which are awaits on Redis, and the granter task that serves the queue.
+    Retry-After, the gate of a managed backend) is the same `WaitQueue` the in-process `SlotPool`
+    uses; what is this class's own is taking and giving back, which are awaits on Redis, and the
+    granter task that serves the queue.
+
+    Each held slot is a `Lease` whose `member` names it in Redis; the request's record rides on the
+    lease (`holder`), so the fencing that must stop a request finds it there, whichever task took
+    the slot.
 
     `in_use` is the cluster-wide count as last seen (every take, every renewal, and each admin
     view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
@@ -544,13 +436,12 @@ class RedisSlotPool(QueueFront):
         self.name = name
         self.slots = slots
         self.in_use = 0
-        self.queue = WaitQueue(name, depth, timeout_s)
+        self.queue = WaitQueue(name, depth, timeout_s, slots)
         self.reg = registry
         self.key = leases_key(name)
         self.channel = free_channel(name)
         self.holders: Counter[str] = Counter()  # replica -> slots, as last seen
-        self._held: dict[str, _Holder] = {}  # member -> holder; what this replica renews
-        self._by_task: dict[asyncio.Task, list[str]] = {}
+        self._held: dict[str, SharedLease] = {}  # member -> lease; what this replica renews
         self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
         self._wake = asyncio.Event()
         self._granter: asyncio.Task | None = None
@@ -558,200 +449,209 @@ class RedisSlotPool(QueueFront):
 
     @property
     def held(self) -> int:
-        return sum(1 for h in self._held.values() if h.bound)
+        return sum(1 for lease in self._held.values() if lease.bound)
+
+    # -- what the registry asks ---------------------------------------------------------------
+
+    def leases(self) -> list[SharedLease]:
+        return list(self._held.values())
+
+    def members(self) -> list[str]:
+        """Every member this replica has in Redis or may still have (for the shutdown release)."""
+        return [*self._held, *self._dangling]
+
+    def holds_any(self) -> bool:
+        return bool(self._dangling) or any(lease.bound for lease in self._held.values())
+
+    def freed(self, in_use: int | None) -> None:
+        """A slot was given back somewhere (pub/sub), leaving `in_use` taken cluster-wide."""
+        self._wake.set()
+        if in_use is not None:
+            self.in_use = in_use
+
+    def seen(self, live: list[str]) -> None:
+        self.in_use = len(live)
+        self.holders = Counter(replica_of(m) for m in live)
+
+    def fail_waiters(self, err: GatewayError) -> None:
+        self.queue.fail_all(err)
+
+    def stop(self, err: GatewayError) -> None:
+        if self._granter is not None:
+            self._granter.cancel()
+        self.fail_waiters(err)
 
     # -- admission ----------------------------------------------------------------------------
 
-    async def acquire(self, key: str = "", priority: int = 0) -> None:
+    async def acquire(self, key: str = "", priority: int = 0, holder: Holder | None = None) -> Lease:
         if not self.reg.ok:
             raise self.reg.unreachable()
-        task = asyncio.current_task()
-        tracked = self.reg.request_for(task)
-        if self.queue.queued == 0:
-            member = await self._take(task, tracked)
-            if member is not None:
-                return
-        self.queue.check_room(self.slots, " across the cluster")
-        waiter = _RWaiter(asyncio.get_running_loop().create_future(), key, priority)
-        waiter.task, waiter.tracked = task, tracked
-        if self._granter is None or self._granter.done():
-            # a task: it first runs once the waiter below is queued
-            self._granter = self.reg.spawn(self._grant_loop())
-        await self.queue.wait(waiter, self.slots, self.release)
+        q = self.queue
+        if q.queued == 0 and q.open():
+            lease = await self._take(holder)
+            if lease is not None:
+                q.changed()
+                return lease
+        q.refuse_if_shut()
+        q.check_room(self.slots, " across the cluster")
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), key, priority, holder)
+        self._serve()
+        return await q.wait(waiter, self.release)
 
-    def release(self, held_s: float | None = None) -> None:
+    def release(self, lease: Lease, held_s: float | None = None) -> None:
         """Immediate for the caller: the slot leaves this replica's books now and the Redis call
         runs in a task of its own (if it fails, the lease is no longer renewed and expires)."""
+        if lease.released:
+            return
+        lease.released = True
         self.queue.note_hold(held_s)
-        task = asyncio.current_task()
-        members = self._by_task.get(task) if task is not None else None
-        if members:
-            member = members[-1]
-        else:  # not the task that took it: give back any bound slot
-            member = next((m for m, h in self._held.items() if h.bound), None)
-            if member is None:
-                return
-        self._drop(member)
-        self.in_use = max(0, self.in_use - 1)
+        member = getattr(lease, "member", None)
+        if member is not None and self._held.get(member) is lease:
+            self._drop(member)
+            self.in_use = max(0, self.in_use - 1)
+        self._wake.set()
+        self.queue.changed()
+
+    def grant(self) -> None:
+        """The gate may have opened: serve the queue."""
+        if self.queue.queued:
+            self._serve()
         self._wake.set()
 
     def resize(self, slots: int, depth: int, timeout_s: float) -> None:
         self.slots, self.queue.depth, self.queue.timeout_s = slots, depth, timeout_s
+        self.queue.slots = slots
         self._wake.set()
 
     # -- taking and giving back ---------------------------------------------------------------
 
-    def _member(self, tracked: Tracked | None) -> str:
+    def _member(self, holder: Holder | None) -> str:
         # Never reused: a release's ZREM may still be on its way, and two holders of one member
         # would count as one slot. Request ids are new per request and a request is admitted once.
-        if tracked is None:
+        if holder is None:
             return f"{self.reg.replica}:lease-{next(self._seq)}"
-        member = f"{self.reg.replica}:{tracked.id}"
+        member = f"{self.reg.replica}:{holder.id}"
         if member in self._held or member in self._dangling:
             member = f"{member}-{next(self._seq)}"
         return member
 
-    async def _take(self, task: asyncio.Task | None, tracked: Tracked | None,
-                    waiter: _RWaiter | None = None) -> str | None:
-        """One try in Redis -> the member now held (bound to `task`), or None when full."""
-        member = self._member(tracked)
-        h = self._held[member] = _Holder(task, tracked, asyncio.get_running_loop().time())
-        if task is not None:
-            self._by_task.setdefault(task, []).append(member)
+    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None) -> SharedLease | None:
+        """One try in Redis -> the lease now held, or None when full (or the waiter left)."""
+        member = self._member(holder)
+        lease = self._held[member] = SharedLease(holder, member, asyncio.get_running_loop().time())
         try:
-            taken, n, grace = await self.reg.call(
-                self.reg._acquire, [self.key, EPOCH_KEY],
-                [self.reg.lease_ms, self.slots, member, self.reg.holds_any(), self.reg.discovery_ms])
+            taken, n = await self.reg.take(self, member)
         except BaseException:
             self._drop(member)  # the script may have run before the failure: give it back
             raise
-        self.in_use = int(n)
-        self.reg.note_grace(int(grace))
+        self.in_use = n
         if not taken:
-            self._forget_member(member)  # never added in Redis: nothing to give back
+            self._held.pop(member, None)  # never added in Redis: nothing to give back
             return None
         if waiter is not None and waiter.fut.done():
             self._drop(member)  # it left while we were asking
-            return member
-        h.bound = True
+            return None
+        lease.bound = True
         self.holders[self.reg.replica] += 1
-        return member
+        return lease
 
     def _drop(self, member: str) -> None:
         """Off this replica's books now; out of Redis as soon as it answers."""
-        if self._forget_member(member) is None:
+        lease = self._held.pop(member, None)
+        if lease is None:
             return
+        if lease.bound and self.holders[self.reg.replica] > 0:
+            self.holders[self.reg.replica] -= 1
         if self.reg.ok:
             self.reg.spawn(self._give_back_remote(member))
         else:
             self._dangling.add(member)
 
-    def _forget_member(self, member: str) -> _Holder | None:
-        h = self._held.pop(member, None)
-        if h is not None and h.task is not None:
-            members = self._by_task.get(h.task)
-            if members is not None:
-                if member in members:
-                    members.remove(member)
-                if not members:
-                    del self._by_task[h.task]
-        if h is not None and h.bound and self.holders[self.reg.replica] > 0:
-            self.holders[self.reg.replica] -= 1
-        return h
-
     async def _give_back_remote(self, member: str) -> None:
         try:
-            await self.reg.call(self.reg._release, [self.key], [self.channel, member])
+            await self.reg.give_back(self, [member])
         except GatewayError:
             self._dangling.add(member)
 
-    async def _renew(self) -> None:
-        members = [m for m, h in self._held.items() if h.bound and not h.fenced]
+    async def renew(self) -> None:
+        """Renew what this replica holds, give back what it let go while Redis was away, and
+        stop the requests whose leases were lost."""
+        members = [m for m, lease in self._held.items() if lease.bound and not lease.fenced]
         drops = list(self._dangling)
         sent = asyncio.get_running_loop().time()
-        grace, lost, readded, live = await self.reg.call(
-            self.reg._renew, [self.key, EPOCH_KEY],
-            [self.reg.lease_ms, self.slots, self.channel, self.reg.holds_any(), self.reg.discovery_ms,
-             len(drops), *drops, *members])
+        lost, readded, live = await self.reg.renew(self, drops, members)
         self._dangling.difference_update(drops)
-        self.reg.note_grace(int(grace))
         lost_set = set(lost)
         for member in members:
-            h = self._held.get(member)
-            if h is not None and member not in lost_set:
-                h.valid_from = max(h.valid_from, sent)
+            lease = self._held.get(member)
+            if lease is not None and member not in lost_set:
+                lease.valid_from = max(lease.valid_from, sent)
         for member in readded:
             if member not in self._held:  # given back while the renewal was on its way
                 self.reg.spawn(self._give_back_remote(member))
         for member in lost:
-            self._fence(member, "its slot lease expired while Redis was unreachable and another "
-                                "replica has taken the slot since")
-        self._seen(live)
+            lease = self._held.get(member)
+            if lease is not None:
+                self.fence(lease, "its slot lease expired while Redis was unreachable and another "
+                                  "replica has taken the slot since")
+        self.seen(live)
 
-    def _seen(self, live: list[str]) -> None:
-        self.in_use = len(live)
-        self.holders = Counter(replica_of(m) for m in live)
-
-    def _fence(self, member: str, why: str) -> None:
-        """Stop the request holding `member`: this replica can no longer vouch for its slot."""
-        h = self._held.get(member)
-        if h is None or h.fenced:
+    def fence(self, lease: SharedLease, why: str) -> None:
+        """Stop the request holding `lease`: this replica can no longer vouch for its slot."""
+        if lease.fenced or lease.released:
             return
-        h.fenced = True
+        lease.fenced = True
         msg = f"the request was stopped because {why}; the backend never runs more than its slots"
+        holder = lease.holder
         log.warning("cluster: backend %s: stopping request %s: %s", self.name,
-                    h.tracked.id if h.tracked else "?", why)
-        if h.tracked is not None and h.tracked.cancel("slot_lost", msg):
-            return
-        if h.task is not None and not h.task.done():
-            h.task.cancel()
+                    holder.id if holder is not None else lease.member, why)
+        if holder is None or not holder.cancel("slot_lost", msg):
+            # nobody to stop (or it is ending already): the slot goes as soon as it is released
+            log.debug("cluster: backend %s: lease %s had no running request to stop", self.name, lease.member)
 
     # -- the granter --------------------------------------------------------------------------
 
-    def _peek(self) -> _RWaiter | None:
-        return self.queue.peek()  # type: ignore[return-value]
+    def _serve(self) -> None:
+        if self._granter is None or self._granter.done():
+            # a task: it first runs once the caller's waiter is queued
+            self._granter = self.reg.spawn(self._grant_loop())
 
     async def _grant_loop(self) -> None:
         try:
             await self._grant_rounds()
         except Exception:  # a bug must not leave the waiters to their queue timeout
             log.exception("cluster: backend %s: slot granter failed", self.name)
-            self._fail_waiters(GatewayError("api_error", "internal error in the gateway's slot queue"))
+            self.fail_waiters(GatewayError("api_error", "internal error in the gateway's slot queue"))
 
     async def _grant_rounds(self) -> None:
-        """While anybody waits here: take a slot in Redis for the head of the queue, or wait for
-        one to be given back somewhere (pub/sub), or POLL_S."""
-        while self.queue.queued:
+        """While anybody waits here: take a slot in Redis for the head of the queue (once the
+        gate admits), or wait for one to be given back somewhere (pub/sub), or POLL_S."""
+        q = self.queue
+        while q.queued:
             if not self.reg.ok:
-                self._fail_waiters(self.reg.unreachable())
+                self.fail_waiters(self.reg.unreachable())
                 return
-            w = self._peek()
+            w = q.peek()
             if w is None:
                 return
             self._wake.clear()  # before asking: a release during the call wakes the next round
-            try:
-                member = await self._take(w.task, w.tracked, waiter=w)
-            except GatewayError:
-                return  # unreachable: the waiters were failed when it was marked down
-            if member is not None:
-                if member in self._held:  # still bound: hand it over
-                    if self._peek() is w:
-                        self.queue.pop()  # also rotates w's key behind the others
+            if q.open():
+                try:
+                    lease = await self._take(w.holder, waiter=w)
+                except GatewayError:
+                    return  # unreachable: the waiters were failed when it was marked down
+                if lease is None and w.fut.done():
+                    continue  # it left while we were asking: the next one
+                if lease is not None:
+                    if q.peek() is w:
+                        q.pop()  # also rotates w's key behind the others
                     else:
-                        self.queue.remove(w)
-                    w.fut.set_result(None)
-                continue
+                        q.remove(w)
+                    w.fut.set_result(lease)
+                    q.changed()
+                    continue
             try:
                 async with asyncio.timeout(POLL_S):
                     await self._wake.wait()
             except TimeoutError:
                 pass
-
-    def _fail_waiters(self, err: GatewayError) -> None:
-        self.queue.fail_all(err)
-
-    def _stop(self, err: GatewayError) -> None:
-        if self._granter is not None:
-            self._granter.cancel()
-        self._fail_waiters(err)
-

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
+from ..admission.supersede import Supersede
 from ..errors import GatewayError
 from ..lifecycle.fleet import Fleet
 from ..ops import health
@@ -55,6 +56,7 @@ class Gateway:
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
         self.tracker = Tracker()
+        self.supersede = Supersede()  # latest-wins completions (admission/supersede.py)
         self.backends: dict[str, BackendState] = {}
         self.clients: dict[str, UpstreamClient] = {}
         self.access_log = AccessLog(cfg.access_log)
@@ -76,8 +78,8 @@ class Gateway:
         self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
         self._wake: dict[str, asyncio.Event] = {}  # set when its requests mark a backend down
         self._retiring: set[asyncio.Task] = set()
-        # managed backends (`run:`): their processes, and the gate each one's pool is wrapped in
-        self.fleet = Fleet(self._record_for)
+        # managed backends (`run:`): their processes, and the gate on each one's slot queue
+        self.fleet = Fleet()
         self.fleet.on_change = self._managed_changed
         if self.cluster is not None:  # only the replica holding the lifecycle lease runs servers
             from ..lifecycle.cluster import Coordinator
@@ -103,7 +105,7 @@ class Gateway:
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
-            state.pool = self.fleet.wrap(name, Fleet.unwrap(state.pool))
+            self.fleet.attach(name, state.pool)
             state.auto_kind = b.kind is None
             old = self.clients.get(name)
             if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
@@ -282,9 +284,7 @@ class Gateway:
         client = self.clients.get(name)
         if state is not None and client is not None:
             await health.probe(state, client)
-            if self.fleet.managed(name) and not self.fleet.ready(name):
-                # stopped (or stopping) by design while the probe ran: a request starts it again
-                state.up, state.last_error = True, None
+            if self._down_by_design(name):  # stopped (or stopping) while the probe ran
                 return
             state.passive.probed(state.up)
 
@@ -308,9 +308,7 @@ class Gateway:
                     return
                 await asyncio.sleep(0.5)
                 continue
-            if self.fleet.managed(name) and not self.fleet.ready(name):
-                # not running by design: a request starts it (the fleet says when it fails)
-                self.backends[name].up, self.backends[name].last_error = True, None
+            if self._down_by_design(name):
                 await asyncio.sleep(0.5)
                 continue
             wake = self._wake.setdefault(name, asyncio.Event())
@@ -365,16 +363,17 @@ class Gateway:
         if state == "ready":
             self._kick_probe(name)
         else:
-            b.up, b.last_error = True, None
+            self._down_by_design(name)
 
-    def _record_for(self, task: asyncio.Task | None) -> Tracked | None:
-        """The request record a task serves (the gate shows its phase: queued or loading)."""
-        if task is None:
-            return None
-        for t in self.tracker:
-            if t.task is task:
-                return t
-        return None
+    def _down_by_design(self, name: str) -> bool:
+        """A managed backend that is not ready is not running by design (a request starts it; the
+        fleet answers its failures): never counted down. -> whether that is the case."""
+        if not (self.fleet.managed(name) and not self.fleet.ready(name)):
+            return False
+        b = self.backends.get(name)
+        if b is not None:
+            b.up, b.last_error = True, None
+        return True
 
     async def close(self) -> None:
         for task in [*self._probes.values(), *self._kicked.values(), *self._reading.values()]:

@@ -20,6 +20,7 @@ from ..request.exchange import client_gone
 from ..request.outcome import FAILED, LEFT, OK
 from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
+from ..surfaces.completions import errors as infill_errors
 from ..surfaces.gemini import errors as gemini_errors
 from ..surfaces.ollama import errors as ollama_errors
 from ..surfaces.openai import errors as openai_errors
@@ -36,7 +37,8 @@ def surface(dialect: str, fn: Handler):
     render = {"anthropic": anthropic_errors.render_error,
               "gemini": gemini_errors.render_error,
               "responses": responses_errors.render_error,
-              "ollama": ollama_errors.render_error}.get(dialect, openai_errors.render_error)
+              "ollama": ollama_errors.render_error,
+              "infill": infill_errors.render_error}.get(dialect, openai_errors.render_error)
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]

@@ -8,6 +8,7 @@ from ..errors import GatewayError
 from ..ops import admin, metrics, usage_api
 from ..request.tracker import Tracked
 from ..surfaces.anthropic import handler as anthropic_surface
+from ..surfaces.completions import handler as completions_surface
 from ..surfaces.gemini import handler as gemini_surface
 from ..surfaces.ollama import handler as ollama_surface
 from ..surfaces.openai import handler as openai_surface
@@ -18,6 +19,13 @@ from .lifecycle import surface
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Alive. A usage ledger that cannot write (or whose writer died) makes it `degraded`, with
+    the reason: the gateway still serves, so a liveness probe must not restart it for that."""
+    gw: Gateway = request.app[GATEWAY]
+    if gw.usage is not None:
+        usage = gw.usage.health()
+        if not usage.get("ok", True):
+            return web.json_response({"status": "degraded", "usage": usage})
     return web.json_response({"status": "ok"})
 
 
@@ -81,6 +89,7 @@ def build_app(gw: Gateway) -> web.Application:
                                                         _unknown("openai")), **x)
         r.add_post(f"{v1}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
         r.add_post(f"{v1}/embeddings", surface("openai", openai_surface.embeddings), **x)
+        r.add_post(f"{v1}/completions", surface("completions", completions_surface.completions), **x)
         r.add_post(f"{v1}/messages", surface("anthropic", anthropic_surface.messages), **x)
         r.add_post(f"{v1}/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
         r.add_post(f"{v1}/responses", surface("responses", responses_surface.create), **x)
@@ -110,6 +119,9 @@ def build_app(gw: Gateway) -> web.Application:
         for managed in ("pull", "push", "create", "copy", "delete", "blobs", "blobs/{digest}"):
             r.add_route("*", f"{api}/{managed}", surface("ollama", ollama_surface.unmanaged), **x)
         r.add_route("*", f"{api}/{{tail:.*}}", _unknown("ollama"), **x)
+    # llama.cpp's fill-in-the-middle endpoint, where llama.vscode looks for it (at the host's root)
+    for infill in ("/infill", "/llm/infill"):
+        r.add_post(infill, surface("infill", completions_surface.infill), **x)
     r.add_route("*", "/v1/{tail:.*}", _unknown("openai"), **x)
     # Claude Code warms its connection with `HEAD $ANTHROPIC_BASE_URL`, i.e. HEAD /llm (or /llm/).
     r.add_get("/llm", healthz)

@@ -9,10 +9,10 @@ lease_s / 3 while the leader lives. One lock for the whole fleet rather than one
   what the others wait for (`hlf:lc:want`, one hash field per replica and backend: how many of
   its requests wait and for how long), which counts in its decisions like its own queue.
 - A follower starts nothing. Its units mirror the leader's published states (void while no
-  replica holds the lease): its gate admits
+  replica holds the lease): its queue admits
   when the backend is ready there (its requests go to the backend's URL like any), shows
   `loading` while it starts, answers the leader's failure while it is failed; and it publishes
-  what waits in its gates.
+  what waits in its queues.
 - Takeover: a leader that dies stops renewing (its servers die with it: PR_SET_PDEATHSIG); the
   lease runs out and another replica takes the lock and starts from every backend stopped. A
   leader that cannot renew (Redis gone, a partition) stops its servers as soon as its lease may
@@ -38,6 +38,7 @@ STATES_KEY = "hlf:lc:states"
 WANT_KEY = "hlf:lc:want"
 POLL_S = 0.25
 WANT_STALE_S = 2.0
+LOG_EVERY_S = 30.0  # a Redis failure that goes on is said again this often
 
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -68,10 +69,29 @@ class Coordinator:
         self._release = client.register_script(RELEASE)
         self._renewed_at: float | None = None  # monotonic time the last successful renewal was sent
         self._task: asyncio.Task | None = None
+        self._failures = 0  # rounds failed in a row (Redis unreachable): logged, rate-limited
+        self._failing_since: float | None = None
+        self._logged_at: float | None = None
 
-    async def forget_wants(self, names: list[str]) -> None:
-        if names:
-            await self.client.hdel(WANT_KEY, *[f"{self.replica}|{n}" for n in names])
+    def _failed(self, exc: BaseException) -> None:
+        """A round failed: said at WARNING, then at most once per LOG_EVERY_S while it goes on."""
+        now = time.monotonic()
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        if self._logged_at is None or now - self._logged_at >= LOG_EVERY_S:
+            log.warning("lifecycle cluster: cannot reach Redis or read its answer (%s: %s)%s",
+                        type(exc).__name__, exc,
+                        f"; {self._failures} failed rounds in {now - self._failing_since:.0f} s"
+                        if self._failures > 1 else "")
+            self._logged_at = now
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.warning("lifecycle cluster: Redis answers again after %.1f s (%d failed rounds)",
+                        time.monotonic() - self._failing_since, self._failures)
+        self._failing_since = self._logged_at = None
+        self._failures = 0
 
     def start(self, fleet: Any) -> None:
         if self._task is None:
@@ -86,10 +106,11 @@ class Coordinator:
                     await self._lead(fleet)
                     next_renew = now + self.lease_s / 3
                 await self._exchange(fleet)
+                self._recovered()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis unreachable, or an answer we did not expect
-                log.debug("lifecycle cluster: %s", exc)
+                self._failed(exc)
                 if self.leader and (self._renewed_at is None
                                     or time.monotonic() - self._renewed_at > self.lease_s * 0.8):
                     self._lose(fleet, f"cannot renew the lease ({exc})")
@@ -156,8 +177,8 @@ class Coordinator:
         for name, u in fleet.units.items():
             field = f"{self.replica}|{name}"
             pool = u.pool
-            waiting = pool.waiting() if pool is not None else 0
-            oldest = (pool.oldest_wait() if pool is not None else None) or now
+            waiting = pool.queue.queued if pool is not None else 0
+            oldest = (pool.queue.oldest_wait() if pool is not None else None) or now
             pipe.hset(WANT_KEY, field, json.dumps({"waiting": waiting, "oldest_age_s": now - oldest,
                                                    "used_age_s": now - u.last_used, "at": time.time()}))
         pipe.pexpire(WANT_KEY, int(WANT_STALE_S * 1000) * 5)

@@ -10,10 +10,10 @@ A managed backend (`run:` in the config) is a unit in one of seven states:
 `resources`, the slots it holds, the requests waiting for it and since when) and returns the
 actions to take now, plus the moment the answer could change on its own (an idle TTL running
 out, a wait becoming overdue, a back-off ending) so the caller knows when to ask again. It owns
-no clock, no process and no socket: `manager.py` performs what it decides and calls it again on
-every event (a request arriving or ending, a server ready or exited). That split is llama-swap's
-(its scheduler apart from its process handling); it is what lets tests/unit/lifecycle drive the
-policy through thousands of generated situations without a process.
+no clock, no process and no socket: `fleet.py` performs what it decides (moving each unit through
+machine.py's table) and calls it again on every event (a request arriving or ending, a server
+ready or exited). Deciding apart from doing is what lets tests/unit/lifecycle drive the policy
+through thousands of generated situations without a process.
 
 The rules (what the issue calls "don't swap a model out while a long job runs on it" and
 "queue to cut swap thrash"):
@@ -154,7 +154,7 @@ def admits(unit: Unit, units: Sequence[Unit], policy: str = "batch") -> bool:
 
 def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
            policy: str = "batch", swap_after_s: float = 20.0) -> Plan:
-    """The actions for now. Call it after the gates have admitted what `admits` lets in: a unit
+    """The actions for now. Call it after the queues have admitted what `admits` lets in: a unit
     that has just become ready then holds the slots of its first requests and can be drained,
     not stopped, so every start serves at least one batch (without that order, two backends
     that each had a request waiting could evict each other forever, serving nobody)."""
@@ -193,7 +193,9 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
             plan.wake(u.retry_at)
             continue
         candidates.append(u)
-    candidates.sort(key=lambda u: (u.oldest_wait if u.oldest_wait is not None else now, u.name))
+    # oldest wait first; between equals, the one served least recently (else the unit just
+    # evicted for another, whose queue is as old, would win the room back at once, forever)
+    candidates.sort(key=lambda u: (u.oldest_wait if u.oldest_wait is not None else now, u.last_used, u.name))
 
     victims: dict[str, str] = {}  # victim -> the unit it makes room for
     for c in candidates:

@@ -1,55 +1,40 @@
-"""One child process of the gateway: spawned so that it cannot outlive the gateway, stopped
-the one way llama-server tolerates.
+"""One managed server of the gateway, run under its own process supervisor (`supervisor.py`, whose
+docstring is the design note) so that no process of the server's tree outlives the gateway,
+however the gateway dies, and stopped the one way llama-server tolerates.
 
-- Its own session and process group (`start_new_session`): a Ctrl-C in the gateway's terminal
-  reaches the gateway only, which drains and then stops its children itself; and a stop
-  signals the whole group, so helper processes a server forks go with it.
-- `PR_SET_PDEATHSIG = SIGKILL`, set in the child between fork and exec: when the gateway dies,
-  even by SIGKILL, the kernel kills the child. The signal is tied to the *thread* that forked,
-  so children are spawned from the event loop's thread only (never from a worker thread that
-  may end). A parent that died between fork and prctl is caught by re-checking the parent pid.
-  Only the direct child gets it: a `cmd` that is a wrapper script forking the server leaves a
-  grandchild on a gateway SIGKILL (the README says: exec the server, `exec llama-server ...`).
-- Stop is one SIGTERM, then SIGKILL after `stop_timeout_s`. Never a second SIGTERM: llama-server
-  that gets one shortly into its shutdown prints "Received second interrupt, terminating
-  immediately." and then hangs until SIGKILL.
+- The gateway spawns `python -I -S supervisor.py -- cmd...` in a session of its own (no
+  `preexec_fn`: nothing of the gateway's runs between fork and exec, which can deadlock in a
+  process with threads) and holds the write end of its control pipe. The supervisor is the tree's
+  child subreaper; when that pipe closes (the gateway died, SIGKILL included) it kills the whole
+  tree. The server itself runs in a session and process group of its own below it.
+- `pid` is the server's (the supervisor reports it as soon as the exec succeeded; the spawn waits
+  for that, as `subprocess.Popen` waits for its exec: a missing program raises `OSError` here).
+- Stop is one SIGTERM to the server's group, then SIGKILL of the whole tree after
+  `stop_timeout_s`. Never a second SIGTERM: llama-server that gets one shortly into its shutdown
+  prints "Received second interrupt, terminating immediately." and then hangs until SIGKILL.
+- `exited` resolves with the server's own status (negative: the signal) once the supervisor has
+  killed what the server left behind and exited, so the port and memory are free by then.
 - stdout and stderr go to a bounded `LogRing`, read by the event loop as they come (the child
-  never blocks on a full pipe). Exit is noticed through a pidfd (Linux >= 5.3), else by polling.
+  never blocks on a full pipe); the supervisor's own remarks are marked in it as the gateway's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
+import select
 import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Mapping
 
 from .logring import LogRing
 
-PR_SET_PDEATHSIG = 1
+SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+SPAWN_TIMEOUT_S = 60.0  # the supervisor's own start: tens of ms; minutes only on a machine on its knees
 POLL_S = 0.1  # exit polling where pidfd_open is missing
-
-_libc = None
-
-
-def _pdeathsig(parent: int) -> None:
-    """preexec_fn: runs in the child, after setsid, before exec. Async-signal-safe calls only."""
-    if _libc is not None:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the gateway died before the prctl took effect
-        os._exit(1)
-
-
-def _load_libc() -> None:
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.prctl  # noqa: B018 (raises AttributeError off Linux)
-        except (OSError, AttributeError):
-            _libc = None
 
 
 def describe_status(code: int) -> str:
@@ -75,91 +60,202 @@ class _Pump(asyncio.Protocol):
         return False
 
 
+class _Status(asyncio.Protocol):
+    """The supervisor's status lines after `pid`: `note TEXT`, `exit N`; then end of file."""
+
+    def __init__(self, child: "Child", pending: bytes) -> None:
+        self.child = child
+        self.buf = bytearray(pending)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._lines()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._lines()
+
+    def _lines(self) -> None:
+        while (nl := self.buf.find(b"\n")) >= 0:
+            line = self.buf[:nl].decode("utf-8", "replace")
+            del self.buf[:nl + 1]
+            self.child._status_line(line)
+
+    def eof_received(self) -> bool:
+        self.child._status_eof()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.child._status_eof()
+
+
+def _read_line(fd: int, timeout_s: float) -> tuple[str | None, bytes]:
+    """The first line from a blocking pipe (None at end of file), and what came after it."""
+    buf = bytearray()
+    deadline = time.monotonic() + timeout_s
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError(f"the process supervisor did not start within {timeout_s:g} s")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None, bytes(buf)
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    return line.decode("utf-8", "replace"), rest
+
+
 class Child:
     """A spawned server. `exited` resolves with its return code (negative: the signal)."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> None:
-        _load_libc()
+        if not argv:
+            raise ValueError("empty command")
         loop = asyncio.get_running_loop()
         self.ring = ring
-        read_fd, write_fd = os.pipe()
+        ctl_r, ctl_w = os.pipe()
+        st_r, st_w = os.pipe()
+        log_r, log_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, cwd=cwd,
-                env={**os.environ, **env}, start_new_session=True, close_fds=True,
-                preexec_fn=lambda parent=os.getpid(): _pdeathsig(parent),
+            self._sup = subprocess.Popen(
+                [sys.executable, "-I", "-S", SUPERVISOR, "--", *argv],
+                stdin=ctl_r, stdout=st_w, stderr=log_w, cwd=cwd, env={**os.environ, **env},
+                start_new_session=True, close_fds=True,
             )
         except BaseException:
-            os.close(read_fd)
+            for fd in (ctl_w, st_r, log_r):
+                os.close(fd)
             raise
         finally:
-            os.close(write_fd)
-        self.pid = self.proc.pid
+            for fd in (ctl_r, st_w, log_w):
+                os.close(fd)
+        self._ctl: int | None = ctl_w
+        try:
+            line, rest = _read_line(st_r, SPAWN_TIMEOUT_S)
+            word, _, value = (line or "").partition(" ")
+            if word == "error":  # the exec failed: raised as Popen raises it
+                self._sup.wait()
+                err = int(value)
+                raise OSError(err, os.strerror(err), argv[0])
+            if word != "pid":
+                self._sup.kill()
+                raise RuntimeError(f"the process supervisor failed ({describe_status(self._sup.wait())})")
+        except BaseException:
+            for fd in (ctl_w, st_r, log_r):
+                os.close(fd)
+            if self._sup.poll() is None:
+                self._sup.kill()
+                self._sup.wait()
+            raise
+        self.pid = int(value)
         self.exited: asyncio.Future[int] = loop.create_future()
-        self._transport = None
-        self._pipe = os.fdopen(read_fd, "rb", buffering=0)
-        self._reader = loop.create_task(self._connect(loop))  # kept: a task only weakly held may vanish
+        self._status: int | None = None
+        self._status_done = False
+        self._sup_done = False
+        self._term_sent = False
+        self._transports: list[asyncio.BaseTransport] = []
+        self._st_pipe = os.fdopen(st_r, "rb", buffering=0)
+        self._log_pipe = os.fdopen(log_r, "rb", buffering=0)
+        # kept: a task only weakly held may vanish
+        self._readers = [loop.create_task(self._connect(loop, self._log_pipe, lambda: _Pump(self.ring))),
+                         loop.create_task(self._connect(loop, self._st_pipe, lambda: _Status(self, rest)))]
         self._pidfd: int | None = None
         try:
-            self._pidfd = os.pidfd_open(self.pid)
+            self._pidfd = os.pidfd_open(self._sup.pid)
             loop.add_reader(self._pidfd, self._reap)
         except (AttributeError, OSError):
             self._pidfd = None
             loop.call_later(POLL_S, self._poll)
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _connect(self, loop: asyncio.AbstractEventLoop, pipe, protocol) -> None:
         try:
-            self._transport, _ = await loop.connect_read_pipe(lambda: _Pump(self.ring), self._pipe)
+            transport, _ = await loop.connect_read_pipe(protocol, pipe)
+            self._transports.append(transport)
         except (OSError, ValueError):
-            self._pipe.close()
+            pipe.close()
+            if pipe is self._st_pipe:
+                self._status_eof()
+
+    # -- what the supervisor says ---------------------------------------------------------------
+
+    def _status_line(self, line: str) -> None:
+        word, _, value = line.partition(" ")
+        if word == "exit":
+            self._status = int(value)
+        elif word == "note":
+            self.ring.mark(value)
+
+    def _status_eof(self) -> None:
+        self._status_done = True
+        self._maybe_done()
 
     def _poll(self) -> None:
-        if self.proc.poll() is None:
+        if self._sup.poll() is None:
             asyncio.get_running_loop().call_later(POLL_S, self._poll)
         else:
-            self._done()
+            self._reaped()
 
     def _reap(self) -> None:
-        if self.proc.poll() is not None:
-            self._done()
+        if self._sup.poll() is not None:
+            self._reaped()
 
-    def _done(self) -> None:
+    def _reaped(self) -> None:
         if self._pidfd is not None:
             asyncio.get_running_loop().remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
-        # the group may hold what the server forked: it goes too (the leader is reaped, so the
-        # group id cannot have been reused while any member lives)
-        self._signal_group(signal.SIGKILL)
-        if not self.exited.done():
-            self.exited.set_result(self.proc.returncode)
+        self._sup_done = True
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        # both: the supervisor has exited (so the tree is gone) and its last word has been read
+        if not (self._sup_done and self._status_done) or self.exited.done():
+            return
+        code = self._status
+        if code is None:  # it died without a word (someone killed it): its own status, said so
+            code = self._sup.returncode
+            self.ring.mark(f"-- gateway: the process supervisor ended without the server's status "
+                           f"({describe_status(code)})")
+        self._close_ctl()
+        self.exited.set_result(code)
+
+    # -- what the gateway says ------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
         return not self.exited.done()
 
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _send(self, word: str) -> None:
+        if self._ctl is not None:
+            try:
+                os.write(self._ctl, word.encode() + b"\n")
+            except OSError:  # the supervisor is gone already
+                pass
+
+    def _close_ctl(self) -> None:
+        if self._ctl is not None:
+            os.close(self._ctl)
+            self._ctl = None
 
     async def stop(self, timeout_s: float) -> int:
-        """One SIGTERM to the group, SIGKILL after `timeout_s`; returns once it has exited."""
+        """One SIGTERM to the server's group, SIGKILL of its tree after `timeout_s`; returns once
+        it has exited (and nothing of its tree is left)."""
         if self.running:
-            self._signal_group(signal.SIGTERM)
+            if not self._term_sent:
+                self._term_sent = True
+                self._send("term")
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), timeout_s)
             except TimeoutError:
                 self.ring.mark(f"-- gateway: no exit {timeout_s:g} s after SIGTERM: SIGKILL")
-                self._signal_group(signal.SIGKILL)
+                self._send("kill")
         return await self.exited
 
     def kill(self) -> None:
-        """Synchronous SIGKILL of the group (the last resort at interpreter exit)."""
+        """SIGKILL of the whole tree, without waiting (the last resort, e.g. at interpreter exit)."""
         if self.running:
-            self._signal_group(signal.SIGKILL)
+            self._send("kill")
 
     def close_pipe(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+        for transport in self._transports:
+            transport.close()
+        self._close_ctl()  # the supervisor reads this as the gateway's end: the tree goes

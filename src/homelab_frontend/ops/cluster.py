@@ -11,7 +11,7 @@ from ..admission.redis_leases import Registry
 
 def attach(gw, cfg: cfgmod.Cluster) -> Registry:
     """The registry for `gw`'s pools, with its gauges on `gw`'s metrics."""
-    registry = Registry(cfg, gw.tracker)
+    registry = Registry(cfg)
     if getattr(gw, "metrics", None) is not None:
         gw.metrics.registry.register(_Collector(registry))
     return registry

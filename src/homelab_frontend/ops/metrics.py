@@ -402,6 +402,15 @@ class _LiveCollector:
         for (backend, phase), n in sorted(counts.items()):
             inflight.add_metric([backend, phase], n)
         yield from (slots, in_use, queued, qcap, up, running, mismatch, inflight)
+        ledger = getattr(gw, "usage", None)
+        usage = ledger.health() if ledger is not None else None
+        if usage is not None and "writer_alive" in usage:
+            yield GaugeMetricFamily("hlf_usage_writer_up", "1 while the usage ledger's writer thread runs.",
+                                    value=1 if usage["writer_alive"] else 0)
+            yield CounterMetricFamily("hlf_usage_write_errors", "Batches the usage ledger could not write.",
+                                      value=usage["write_errors"])
+            yield CounterMetricFamily("hlf_usage_lost_requests", "Finished requests the usage ledger lost "
+                                      "(a failed write, or queued when its writer died).", value=usage["lost"])
         fleet = getattr(gw, "fleet", None)
         if fleet is not None and fleet.units:
             yield from _lifecycle_families(fleet)

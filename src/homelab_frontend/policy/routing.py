@@ -117,6 +117,10 @@ class Route:
     # resolved for the same client name
     fallback: "Route | None" = None
     requested: str = ""  # the configured model the client's name resolved to (before any fallback)
+    # code completion (config.Model): queue priority, latest-wins, the FIM template
+    priority: int = 0
+    supersede: bool = False
+    fim: cfgmod.Fim | None = None
 
     @property
     def all_down(self) -> bool:
@@ -238,4 +242,7 @@ class Router:
             affinity_max_wait_s=m.affinity_max_wait_s,
             fallback=fallback,
             requested=requested,
+            priority=m.priority,
+            supersede=m.supersede,
+            fim=m.fim_template(),
         )

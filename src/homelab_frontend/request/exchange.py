@@ -86,6 +86,7 @@ class Exchange:
         self.on_idle: Callable[[], Awaitable[None]] | None = None
         self.ping_interval: float | None = None
         self._held_since: float | None = None
+        self._lease: Lease | None = None  # the slot held (admission/lease.py): given back exactly once
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
         self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
@@ -113,7 +114,9 @@ class Exchange:
         self.t.upstream_model = self.route.upstream_model
         t0 = time.monotonic()
         try:
-            await backend.pool.acquire(self.principal.name, self.principal.priority)
+            # the key's priority and the model's (config.Model.priority: completions before agents)
+            self._lease = await backend.pool.acquire(self.principal.name,
+                                                     self.principal.priority + self.route.priority, self.t)
         except GatewayError:
             # refused (queue full, or no slot within the queue's timeout): how long it waited is
             # still what the client wants to know (Server-Timing), and the operator (access log)
@@ -170,7 +173,9 @@ class Exchange:
         await self._take(alt)
         return True
 
-    async def open(self, path: str, body: bytes, *, stream: bool) -> aiohttp.ClientResponse:
+    async def open(self, path: str, body: bytes, *, stream: bool, root: bool = False) -> aiohttp.ClientResponse:
+        """POST `body` to the backend's `path` (under its /v1 base URL; `root`: under its root,
+        for llama.cpp's own endpoints such as /infill)."""
         assert self.backend is not None
         self.t.phase = CONNECTING
         if self._watch is None:
@@ -180,8 +185,8 @@ class Exchange:
         t0 = time.monotonic()
         try:
             trace = self.t.trace
-            self.resp = await (client.post(path, body) if trace is None
-                               else client.post(path, body, headers=trace.upstream_headers()))
+            self.resp = await (client.post(path, body, root=root) if trace is None
+                               else client.post(path, body, root=root, headers=trace.upstream_headers()))
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
             if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
@@ -296,11 +301,12 @@ class Exchange:
         return closed
 
     def _release_slot(self) -> None:
-        if self._held_since is not None and self.backend is not None:
+        if self._held_since is not None and self.backend is not None and self._lease is not None:
             held = time.monotonic() - self._held_since
             self._held_since = None
             self.t.slot_seconds += held
-            self.backend.pool.release(held)
+            lease, self._lease = self._lease, None
+            self.backend.pool.release(lease, held)
 
     def own_cancel(self) -> GatewayError | None:
         """After a CancelledError: the gateway's own reason as an error (the caller then writes it

@@ -12,6 +12,7 @@ replaces the provisional cause).
 | any                           | DONE      | `ok`                                             |
 | any                           | LEFT      | `cancelled_<phase>` (the phase it was in)         |
 | any                           | STALLED   | `cancelled_client_stalled` (it stopped reading)   |
+| any                           | SUPERSEDED | `cancelled_superseded` (a newer completion of its client replaced it) |
 | before the answer             | FAILED    | `rejected_<kind>` for overloaded and rate_limit, else `error_<kind>` |
 | answering                     | FAILED    | `error_<kind>` (`upstream_midstream`, `timeout`, `upstream_too_large`...) |
 """
@@ -23,6 +24,7 @@ OK = "ok"
 DONE = "done"  # the answer was written whole
 LEFT = "left"  # the client went away
 STALLED = "stalled"  # the client stopped reading: the gateway gave up on it
+SUPERSEDED = "superseded"  # admission/supersede.py: its client's newer completion replaced it
 FAILED = "failed"  # a GatewayError (or an upstream failure of that kind) ended it
 
 REFUSALS = frozenset({"overloaded", "rate_limit"})  # "try later", not a failure, when said up front
@@ -35,6 +37,8 @@ def outcome_of(phase: str, cause: str, kind: str = "", begun: bool = True) -> st
         return f"cancelled_{phase}"
     if cause == STALLED:
         return "cancelled_client_stalled"
+    if cause == SUPERSEDED:
+        return "cancelled_superseded"
     if cause == FAILED:
         if not kind:
             raise ValueError("a failure needs its kind")

@@ -9,11 +9,11 @@ import time
 from typing import Iterator
 
 from ..errors import GatewayError
-from .outcome import FAILED, OK, STALLED, outcome_of
+from .outcome import FAILED, OK, STALLED, SUPERSEDED, outcome_of
 
 # Phases, in order. A request that is cancelled records the phase it was in.
 QUEUED = "queued"  # waiting for a slot
-LOADING = "loading"  # waiting for its managed backend to start (lifecycle/gate.py sets it)
+LOADING = "loading"  # waiting for its managed backend to start (admission/slots.py sets it)
 CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
 FIRST_TOKEN = "first_token"  # headers in, waiting for the first generated token
 STREAMING = "streaming"  # tokens flowing to the client
@@ -46,7 +46,7 @@ class Tracked:
         self.started_wall = time.time()
         self.tokens_out = 0
         self.task: asyncio.Task | None = asyncio.current_task()
-        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost": why we cancelled it
+        self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost", "superseded": why we cancelled it
         self.cancel_message = ""
         self.queue_wait: float | None = None  # seconds spent waiting for a slot
         self.upstream_headers: float | None = None  # seconds from admission to upstream headers
@@ -107,6 +107,9 @@ class Tracked:
             # the client's doing: counted as its cancel, not as a backend timeout
             self.end(STALLED, override=True)
             return GatewayError("timeout", self.cancel_message)
+        if self.cancel_reason == "superseded":  # admission/supersede.py: a newer completion replaced it
+            self.end(SUPERSEDED, override=True)
+            return GatewayError("invalid_request", self.cancel_message)
         if self.cancel_reason == "shutdown":
             return GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
         if self.cancel_reason == "slot_lost":  # slots_redis: the shared slot could not be vouched for

@@ -57,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(a test makes the next start fail on demand)")
     parser.add_argument("--sleep-delay-s", type=float, default=0.1, help="vLLM: time POST /sleep takes")
     parser.add_argument("--wake-delay-s", type=float, default=0.3, help="vLLM: time POST /wake_up takes")
+    parser.add_argument("--no-fim", action="store_true",
+                        help="llama.cpp: the model has no FIM tokens, /infill answers 501 (as Gemma 3 does)")
 
 
 def config_from_args(args: argparse.Namespace) -> StubConfig:
@@ -78,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         start_delay_s=args.start_delay_s,
         sleep_delay_s=args.sleep_delay_s,
         wake_delay_s=args.wake_delay_s,
+        fim=not args.no_fim,
     )
 
 

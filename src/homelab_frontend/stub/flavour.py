@@ -30,6 +30,8 @@ class ResponseContext:
     tool_ids: dict[int, str] = field(default_factory=dict)
     # Prompt tokens the prefix cache held; None: the stub models no cache.
     cached_tokens: int | None = None
+    # Reasoning tokens streamed so far (vLLM's completion_tokens_details.reasoning_tokens)
+    reasoning_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class Aggregate:
     finish: str | None = None
     stop_reason: str | int | None = None
     tokens: int = 0
+    reasoning_tokens: int = 0
 
     @classmethod
     def of(cls, events: list[Event]) -> "Aggregate":
@@ -146,6 +149,7 @@ class Aggregate:
             if event.reasoning is not None:
                 agg.reasoning += event.reasoning
                 agg.saw_reasoning = True
+                agg.reasoning_tokens += event.tokens
             if event.content:
                 agg.content += event.content
                 agg.saw_content = True

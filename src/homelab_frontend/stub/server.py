@@ -11,6 +11,7 @@ import msgspec
 from aiohttp import web
 
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
+from .completions import handle_completions, handle_infill
 from .flavour import Flavour, Rejection, embedding_vector
 from .llamacpp import KEEP_ALIVE, LlamaCpp
 from .ollama import Ollama
@@ -304,6 +305,7 @@ def build_app(config: StubConfig) -> web.Application:
     app[STATE] = state
     app[FLAVOUR] = flavour
     app.router.add_post(CHAT_PATH, handle_chat)
+    app.router.add_post("/v1/completions", handle_completions)
     app.router.add_get("/v1/models", _models)
     app.router.add_post("/v1/embeddings", _embeddings)
     if config.flavour == "vllm":
@@ -319,6 +321,7 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_get("/metrics", _llama_metrics)
         app.router.add_get("/slots", _llama_slots)
         app.router.add_get("/props", _llama_props)
+        app.router.add_post("/infill", handle_infill)
         app.router.add_get("/health", _health)
         app.on_response_prepare.append(_llama_headers)
     else:

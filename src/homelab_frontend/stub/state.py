@@ -38,6 +38,7 @@ class StubConfig:
     start_delay_s: float = 0.0
     sleep_delay_s: float = 0.1
     wake_delay_s: float = 0.3
+    fim: bool = True  # llama.cpp flavour: the model has FIM tokens (/infill); False: Gemma 3's 501
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:

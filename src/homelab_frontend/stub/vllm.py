@@ -146,7 +146,7 @@ class Vllm(Flavour):
             "choices": [choice],
         }
         if ctx.continuous_usage and completion_tokens is not None:
-            chunk["usage"] = _usage(ctx.prompt_tokens, completion_tokens)
+            chunk["usage"] = _usage(ctx.prompt_tokens, completion_tokens, reasoning_tokens=ctx.reasoning_tokens)
         return chunk
 
     def stream_open(self, ctx: ResponseContext) -> list[dict]:
@@ -178,6 +178,8 @@ class Vllm(Flavour):
         return {"index": d.index, "function": {"arguments": d.arguments or ""}}
 
     def stream_step(self, ctx: ResponseContext, step: Step, completion_tokens: int) -> dict | None:
+        if step.reasoning is not None:
+            ctx.reasoning_tokens += step.tokens
         delta = self._delta(ctx, step)
         if not delta and step.finish is None:
             return None  # hidden reasoning (include_reasoning=false): vLLM sends nothing
@@ -195,7 +197,7 @@ class Vllm(Flavour):
             "created": ctx.created,
             "model": ctx.model,
             "choices": [],
-            "usage": _usage(ctx.prompt_tokens, completion_tokens, ctx.cached_tokens),
+            "usage": _usage(ctx.prompt_tokens, completion_tokens, ctx.cached_tokens, ctx.reasoning_tokens),
         }
 
     def stream_error(self, ctx: ResponseContext) -> dict:
@@ -218,7 +220,7 @@ class Vllm(Flavour):
             message["tool_calls"] = [{"id": tool_id, "type": "function", "function": function}]
         for name in ctx.reasoning_fields:
             message[name] = agg.reasoning if agg.saw_reasoning and ctx.include_reasoning else None
-        usage = _usage(ctx.prompt_tokens, agg.tokens, ctx.cached_tokens)
+        usage = _usage(ctx.prompt_tokens, agg.tokens, ctx.cached_tokens, agg.reasoning_tokens)
         usage.setdefault("prompt_tokens_details", None)
         return {
             "id": ctx.id,
@@ -244,7 +246,8 @@ class Vllm(Flavour):
         }
 
 
-def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None,
+           reasoning_tokens: int = 0) -> dict:
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -254,4 +257,7 @@ def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None
     # stats) gets the cached count, and only when it is not 0 (`if ... and num_cached_tokens`).
     if cached_tokens:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    # As vLLM 0.32 with a reasoning parser: every usage object (continuous ones too) says how many
+    # of the completion tokens were reasoning, 0 included.
+    usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return usage

@@ -66,7 +66,7 @@ from ..policy.routing import Route
 from ..request.context_clamp import open_chat
 from ..request.exchange import Exchange
 from ..request.tracker import GENERATING, Tracked
-from ..upstream.decode import Malformed, decode_completion
+from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
 from .context import Gateway
@@ -148,8 +148,22 @@ class Turn:
     # for a dialect that must say the prompt's size before the upstream does (Anthropic's
     # message_start) or where the upstream never will (a generation the gateway stopped itself).
     count_prompt: ClassVar[bool] = False
+    # A whole answer is read from an upstream stream too (the completion surfaces: one decoder for
+    # both, and a generation whose client left stops at its next token on every backend).
+    upstream_stream_only: ClassVar[bool] = False
     req: c.Request
     ex: Exchange  # set by `answer` before it calls any of the methods below
+
+    async def open_upstream(self, ex: Exchange, *, stream: bool, continuous_usage: bool = False,
+                            send_stop: bool = True, count_prompt: bool = False):
+        """Open the upstream answer (default: the chat completion of `req`). A dialect that speaks
+        another upstream endpoint (legacy completions, llama.cpp's /infill) opens its own."""
+        return await open_chat(ex, self.req, stream=stream, continuous_usage=continuous_usage,
+                               send_stop=send_stop, count_prompt=count_prompt)
+
+    def decoder(self):
+        """The decoder of the upstream's stream: `feed(payload) -> events`, `done`."""
+        return ChunkDecoder()
 
     def encoder(self) -> StreamEncoder:
         """A fresh encoder for this answer's stream (called once the headers are sent)."""
@@ -179,7 +193,7 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
     stops = gateway_stops(req, ex)
     matcher = StopMatcher(req.stop) if stops else None
     if not req.stream:
-        events = await whole_events(ex, req, matcher, count_prompt=turn.count_prompt and matcher is not None)
+        events = await whole_events(ex, req, matcher, count_prompt=turn.count_prompt and matcher is not None, turn=turn)
         await _settle_prompt(ex, turn)
         body = turn.whole(events, ex)
         await turn.before_final()
@@ -189,8 +203,8 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         return out
     if turn.ping_interval:
         ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
-    upstream = await open_chat(ex, req, stream=True, continuous_usage=True, send_stop=not stops,
-                               count_prompt=turn.count_prompt)
+    upstream = await turn.open_upstream(ex, stream=True, continuous_usage=True, send_stop=not stops,
+                                        count_prompt=turn.count_prompt)
     out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
     await out.prepare(request)
     enc = turn.encoder()
@@ -209,15 +223,16 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
 
 
 async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None,
-                       count_prompt: bool = False) -> list[c.Event]:
+                       count_prompt: bool = False, turn: Turn | None = None) -> list[c.Event]:
     """The canonical events of a whole answer, its usage folded into the record. Read as a stream
     for the gateway's stop matching, or from a backend that cannot stop a plain generation whose
     client left (config.Backend.streams_upstream: llama.cpp), so that closing it stops the
     generation at its next token."""
     assert ex.backend is not None
     fold = UsageFold(ex.t, ex, first=False)  # no first token to report to a client that waits for it all
-    if matcher is None and not ex.backend.cfg.streams_upstream:
-        upstream = await open_chat(ex, req, stream=False)
+    turn = turn or _ChatTurn(req)
+    if matcher is None and not ex.backend.cfg.streams_upstream and not turn.upstream_stream_only:
+        upstream = await turn.open_upstream(ex, stream=False)
         raw = await ex.client.read_all(upstream)
         ex.complete = True
         try:
@@ -229,17 +244,25 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
         return events
 
     async def read() -> list[c.Event]:
-        upstream = await open_chat(ex, req, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
+        upstream = await turn.open_upstream(ex, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
         ex.t.phase = GENERATING
         stops = StopMatcher(req.stop) if matcher is not None else None  # each try matches anew
         try:
-            return [ev async for events in stream_events(upstream, ex, stops, fold) for ev in events]
+            return [ev async for events in stream_events(upstream, ex, stops, fold, turn.decoder())
+                    for ev in events]
         except Midstream as err:
             if err.kind == "upstream_too_large":  # it answered: too much
                 raise GatewayError("upstream_too_large", str(err)) from None
             raise UpstreamFailure("upstream_error", str(err), cause="broke") from None
 
     return await ex.whole(read)  # a backend that breaks off mid-way fails over: nothing went out
+
+
+class _ChatTurn(Turn):
+    """The default hooks alone, for `whole_events` called without a Turn."""
+
+    def __init__(self, req: c.Request) -> None:
+        self.req = req
 
 
 _UpstreamError = c.UpstreamError
@@ -264,7 +287,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
     fold = UsageFold(t, ex)
     try:
         pause = turn.failure_pause_s
-        async for events in stream_events(upstream, ex, matcher, fold):
+        async for events in stream_events(upstream, ex, matcher, fold, turn.decoder()):
             if pause and _UpstreamError in map(type, events):
                 # an error the upstream sent in-band: what came before it goes out first, then
                 # the failure in a network read of its own (Turn.failure_pause_s says why)

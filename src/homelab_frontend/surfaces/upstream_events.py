@@ -28,12 +28,14 @@ class Midstream(Exception):
 
 async def stream_events(
     upstream: aiohttp.ClientResponse, ex: Exchange, matcher: StopMatcher | None, fold: UsageFold,
+    decoder=None,
 ) -> AsyncIterator[list[c.Event]]:
     """Batches of canonical events from an upstream SSE body, as they arrive, each chunk's usage
     folded into the record. Ends normally only when the upstream finished (`[DONE]`) or a
     gateway-side stop sequence fired. The batch holding the first generated token is yielded at
-    once, without the rest of what arrived with it."""
-    decoder = ChunkDecoder()
+    once, without the rest of what arrived with it. `decoder`: a chat ChunkDecoder unless given
+    (upstream/text_decode.py decodes legacy completions and llama.cpp's /infill alike)."""
+    decoder = decoder or ChunkDecoder()
     try:
         async for batch in ex.client.sse(upstream):
             ex.progress += 1

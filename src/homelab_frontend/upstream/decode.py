@@ -56,8 +56,10 @@ Quirks handled (and the choices made)
   Any other unknown value -> "stop".
 * Usage: `usage` on any chunk (including the `choices: []` usage-only final chunk and vLLM's
   continuous usage on every chunk) -> `Usage(input_tokens=prompt_tokens,
-  output_tokens=completion_tokens, cached_input_tokens=prompt_tokens_details.cached_tokens)`, each
-  None when not reported (never invented). A usage object with no counts at all yields nothing.
+  output_tokens=completion_tokens, cached_input_tokens=prompt_tokens_details.cached_tokens,
+  reasoning_tokens=completion_tokens_details.reasoning_tokens)` (vLLM since 0.3x reports the
+  last), each None when not reported (never invented). A usage object with no counts at all yields
+  nothing.
 """
 
 from __future__ import annotations
@@ -124,10 +126,15 @@ class _PromptDetails(msgspec.Struct):
     cached_tokens: Union[int, None] = None
 
 
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: Union[int, None] = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: Union[int, None] = None
     completion_tokens: Union[int, None] = None
     prompt_tokens_details: Union[_PromptDetails, None] = None
+    completion_tokens_details: Union[_CompletionDetails, None] = None
 
     @property
     def cached(self) -> Union[int, None]:
@@ -217,9 +224,10 @@ ChunkMalformed = msgspec.DecodeError  # ValidationError (a wrong shape) is a Dec
 
 def _usage_event(u: _Usage) -> Usage | None:
     cached = u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details is not None else None
-    if u.prompt_tokens is None and u.completion_tokens is None and cached is None:
+    reasoning = u.completion_tokens_details.reasoning_tokens if u.completion_tokens_details is not None else None
+    if u.prompt_tokens is None and u.completion_tokens is None and cached is None and reasoning is None:
         return None
-    return Usage(u.prompt_tokens, u.completion_tokens, cached)
+    return Usage(u.prompt_tokens, u.completion_tokens, cached, reasoning)
 
 
 class _Call:

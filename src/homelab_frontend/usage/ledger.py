@@ -62,6 +62,11 @@ class Ledger:
             out.append(budgets.status(name, budget, day, month, now))
         return out
 
+    def health(self) -> dict:
+        """The store's own account of itself (the SQLite writer thread: alive, its last failure)."""
+        health = getattr(self.store, "health", None)
+        return health() if health is not None else {"ok": True}
+
     async def start(self) -> None:
         await self.store.start()
 

@@ -12,6 +12,12 @@ The file lives beside the Responses store's (`$XDG_STATE_HOME` or `~/.local/stat
 writable) at start, the file at the first write.
 Rows older than `retention_days` are deleted, checked once an hour. Budgets read counts kept in
 memory, summed from the file at start (so a restart keeps a key's day and month).
+
+Failures never hide. A write that fails (SQLite's error, or the OS's: the folder removed, the disk
+full) is logged, counted and kept as `failure` (health, metrics); the thread lives on and tries
+again with the next batch. A query that fails gets that failure as a 503 naming the file. A writer
+thread that dies anyway (a bug) fails every query waiting for it at once, says why at ERROR, and
+is started again by the next entry or query.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import config as cfgmod
+from ..errors import GatewayError
 from .budgets import DAY_WINDOW, MONTH_WINDOW, windows
 from .record import Entry
 from .rollup import DIMS, FLOAT_METRICS, INT_METRICS, METRICS, Dims, Rollup
@@ -99,14 +106,27 @@ class SqliteStore:
         self._pruned_at = 0.0
         self.used: dict[tuple[str, str, int], int] = {}  # (key, window, its start) -> tokens
         self.written = 0  # requests committed (tests, diagnostics)
+        self.write_errors = 0  # batches that could not be written (metrics)
+        self.lost = 0  # requests in those batches, or queued when the writer died
+        self.restarts = 0  # writer threads started again after one died
+        self.failure: str | None = None  # the last failure, until a write succeeds again
+        self._dead = False  # the writer thread died: the next entry or query starts another
+        self._in_hand: list = []  # the writer's current round of queries (failed if it dies)
+        self._entries_in_hand = 0
 
     # -- on the event loop ----------------------------------------------------------------
 
     def put(self, e: Entry, budgeted: bool = False) -> None:
         self._count(e.key, e.tokens, e.ts)
-        if self._thread is None:
+        if self._thread is None or self._dead:
             self._start_thread()
         self._q.put(e)
+
+    def health(self) -> dict:
+        """For /healthz and /metrics: whether the writer is alive, and its last failure."""
+        alive = not self._dead
+        return {"ok": alive and self.failure is None, "writer_alive": alive, "failure": self.failure,
+                "write_errors": self.write_errors, "lost": self.lost, "restarts": self.restarts}
 
     def _count(self, key: str, tokens: int, ts: float) -> None:
         if not tokens:
@@ -157,7 +177,7 @@ class SqliteStore:
         self._thread = None
 
     def _run(self, fn: Callable[[sqlite3.Connection], object]):
-        if self._thread is None:
+        if self._thread is None or self._dead:
             self._start_thread()
         fut: Future = Future()
         self._q.put((fn, fut))
@@ -167,8 +187,16 @@ class SqliteStore:
     # -- on the writer thread -------------------------------------------------------------
 
     def _start_thread(self) -> None:
+        if self._dead:
+            self.restarts += 1
+            log.warning("usage ledger: starting the writer thread again (it died: %s)", self.failure)
+        self._dead = False
         self._thread = threading.Thread(target=self._main, name="hlf-usage-ledger", daemon=True)
         self._thread.start()
+
+    def _unavailable(self, err: BaseException) -> GatewayError:
+        return GatewayError("backend_down", f"the usage ledger at {self.path!r} cannot be read: "
+                            f"{type(err).__name__}: {err}", status=503, retry_after=5)
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
@@ -181,6 +209,40 @@ class SqliteStore:
         return self._db
 
     def _main(self) -> None:
+        try:
+            self._serve()
+        except BaseException as err:  # a bug: nobody may wait on a thread that is gone
+            self.failure = f"the writer thread died: {type(err).__name__}: {err}"
+            self._dead = True
+            log.exception("usage ledger: the writer thread died; it starts again at the next request or query")
+            self._fail_pending(err)
+            if self._db is not None:
+                try:
+                    self._db.close()
+                except sqlite3.Error:
+                    pass
+                self._db = None
+
+    def _fail_pending(self, err: BaseException) -> None:
+        """Everything queued for a writer that died: queries get the error, entries are counted lost."""
+        unavailable = self._unavailable(err)
+        in_hand, self._in_hand = self._in_hand, []
+        self.lost += self._entries_in_hand
+        self._entries_in_hand = 0
+        for _fn, fut in in_hand:  # taken off the queue already, not yet answered
+            if not fut.done() and (fut.running() or fut.set_running_or_notify_cancel()):
+                fut.set_exception(unavailable)
+        try:
+            while True:
+                item = self._q.get_nowait()
+                if isinstance(item, Entry):
+                    self.lost += 1
+                elif item is not _STOP and item[1].set_running_or_notify_cancel():
+                    item[1].set_exception(unavailable)
+        except queue.Empty:
+            pass
+
+    def _serve(self) -> None:
         stop = False
         while not stop:
             # Woken by a query or the end, else once an interval: an entry never wakes the
@@ -189,6 +251,7 @@ class SqliteStore:
             self._wake.clear()
             batch = Rollup()
             jobs: list = []
+            self._in_hand = jobs
             n = 0
             try:
                 while True:
@@ -203,11 +266,15 @@ class SqliteStore:
             except queue.Empty:
                 pass
             if n:
+                self._entries_in_hand = n
                 self._write(batch, n)
+                self._entries_in_hand = 0
             for fn, fut in jobs:
                 if fut.set_running_or_notify_cancel():
                     try:
                         fut.set_result(fn(self._conn()))
+                    except (sqlite3.Error, OSError) as err:  # the file or its folder: said as such
+                        fut.set_exception(self._unavailable(err))
                     except BaseException as err:  # handed to the awaiting coroutine
                         fut.set_exception(err)
         if self._db is not None:
@@ -225,7 +292,11 @@ class SqliteStore:
                 db.execute("DELETE FROM usage_hour WHERE start < ?", (now - self.retention_s,))
             db.execute("COMMIT")
             self.written += n
-        except sqlite3.Error as err:
+            self.failure = None
+        except (sqlite3.Error, OSError) as err:  # OSError: its folder could not be made, say
+            self.write_errors += 1
+            self.lost += n
+            self.failure = f"cannot write to {self.path}: {type(err).__name__}: {err}"
             log.error("usage ledger: cannot write %d requests to %s: %s", n, self.path, err)
             try:
                 if self._db is not None:

@@ -22,7 +22,7 @@ def redis_url():
 
 
 async def _replicas(url: str, n: int = 2, lease_s: float = 3.0) -> list[Registry]:
-    regs = [Registry(cfgmod.Cluster(redis_url=url, lease_s=lease_s, replica_id=f"unit-{i}"), []) for i in range(n)]
+    regs = [Registry(cfgmod.Cluster(redis_url=url, lease_s=lease_s, replica_id=f"unit-{i}")) for i in range(n)]
     for r in regs:
         await r.start()
         assert r.ok, r.last_error
@@ -33,8 +33,7 @@ async def _past_grace(pool) -> None:
     """A Redis with no epoch yet grants nothing for its grace: wait that out once."""
     timeout = pool.queue.timeout_s
     pool.queue.timeout_s = 10
-    await pool.acquire()
-    pool.release()
+    pool.release(await pool.acquire())
     pool.queue.timeout_s = timeout
     await asyncio.sleep(0.05)
 
@@ -46,16 +45,16 @@ def test_one_slot_shared_by_two_replicas(redis_url):
             a = a_reg.pool("shared-1", 1, 4, 0.5)
             b = b_reg.pool("shared-1", 1, 4, 0.5)
             await _past_grace(a)
-            await a.acquire()
+            la = await a.acquire()
             with pytest.raises(GatewayError) as e:  # b waits its queue timeout: the slot is a's
                 await b.acquire()
             assert e.value.kind == "overloaded"
             waiter = asyncio.get_running_loop().create_task(b.acquire())
             await asyncio.sleep(0.1)
             assert not waiter.done()
-            a.release()
-            await asyncio.wait_for(waiter, 3)  # handed over across replicas
-            b.release()
+            a.release(la)
+            lb = await asyncio.wait_for(waiter, 3)  # handed over across replicas
+            b.release(lb)
         finally:
             for r in (a_reg, b_reg):
                 await r.close()
@@ -70,12 +69,12 @@ def test_view_counts_every_replicas_holders(redis_url):
             a = a_reg.pool("shared-2", 3, 4, 2)
             b = b_reg.pool("shared-2", 3, 4, 2)
             await _past_grace(a)
-            await a.acquire()
-            await b.acquire()
-            await b.acquire()
+            la = await a.acquire()
+            lb1 = await b.acquire()
+            lb2 = await b.acquire()
             view = await a_reg.view()
             assert view is not None
-            a.release(); b.release(); b.release()
+            a.release(la); b.release(lb1); b.release(lb2)
         finally:
             for r in (a_reg, b_reg):
                 await r.close()
@@ -99,9 +98,9 @@ def test_a_fresh_cluster_waits_only_the_discovery_window():
         (reg,) = await _replicas(url, 1, lease_s=30.0)
         try:
             pool = reg.pool("fresh-1", 2, 4, 10)
-            await pool.acquire()  # after the window's second, not the lease's 30 (the queue timeout is 10)
+            lease = await pool.acquire()  # after the window's second, not the lease's 30 (the queue timeout is 10)
             assert pool.held == 1
-            pool.release()
+            pool.release(lease)
         finally:
             await reg.close()
 
@@ -117,7 +116,7 @@ def test_a_redis_that_lost_its_leases_waits_the_whole_grace():
         try:
             a = a_reg.pool("lost-1", 2, 4, 10)
             b = b_reg.pool("lost-1", 2, 4, 0.3)
-            await a.acquire()  # past the fresh cluster's discovery window; a holds a slot
+            la = await a.acquire()  # past the fresh cluster's discovery window; a holds a slot
             server.client().flushall()  # Redis forgets every lease, as after a restart without persistence
             # a replica that holds nothing finds the empty Redis first: only the discovery window...
             with pytest.raises(GatewayError):
@@ -133,7 +132,7 @@ def test_a_redis_that_lost_its_leases_waits_the_whole_grace():
             with pytest.raises(GatewayError):
                 await b.acquire()  # the grace holds: nobody else gets the slot a still runs on
             assert b_reg.grace_s() > DISCOVERY_S
-            a.release()
+            a.release(la)
         finally:
             for r in (a_reg, b_reg):
                 await r.close()
@@ -147,12 +146,12 @@ def test_a_holder_first_on_an_empty_redis_sets_the_whole_grace_at_once():
         (reg,) = await _replicas(server.url, 1, lease_s=30.0)
         try:
             pool = reg.pool("lost-2", 2, 4, 10)
-            await pool.acquire()
+            lease = await pool.acquire()
             server.client().flushall()
             await reg._renew_all()
             end, born = _epoch(server)
             assert end - born == reg.lease_ms
-            pool.release()
+            pool.release(lease)
         finally:
             await reg.close()
 
@@ -166,7 +165,7 @@ def test_after_a_restart_the_listener_has_held_slots_re_registered_at_once():
         (reg,) = await _replicas(server.url, 1, lease_s=60.0)
         try:
             pool = reg.pool("restart-1", 2, 4, 10)
-            await pool.acquire()
+            lease = await pool.acquire()
             await asyncio.sleep(0.3)  # the listener is subscribed
             await asyncio.get_running_loop().run_in_executor(None, server.stop)
             await asyncio.get_running_loop().run_in_executor(None, server.start)
@@ -174,12 +173,64 @@ def test_after_a_restart_the_listener_has_held_slots_re_registered_at_once():
                 if server.client().zrange("hlf:slots:restart-1", 0, -1):
                     break
                 await asyncio.sleep(0.1)
-            assert server.client().zrange("hlf:slots:restart-1", 0, -1) == list(pool._held)
+            assert server.client().zrange("hlf:slots:restart-1", 0, -1) == pool.members()
             end, born = _epoch(server)
             assert end - born == reg.lease_ms  # re-registered by a holder: the whole grace
-            pool.release()
+            pool.release(lease)
         finally:
             await reg.close()
 
     with RedisServer() as server:
         asyncio.run(main(server))
+
+
+class _Record:
+    """A request record as admission sees it (lease.Holder)."""
+
+    def __init__(self, rid: str) -> None:
+        self.id, self.phase, self.load_wait = rid, "queued", 0.0
+        self.cancelled: list[tuple[str, str]] = []
+
+    def cancel(self, reason: str, message: str = "") -> bool:
+        self.cancelled.append((reason, message))
+        return True
+
+
+def test_a_lease_taken_in_another_task_is_still_the_requests_and_release_frees_only_it():
+    """A slot taken inside `asyncio.wait_for` (its own task on Python 3.11) belongs to the request
+    whose record was passed in: its member names it, `release(lease)` frees exactly it, and when
+    Redis is lost the fencing stops that request."""
+    async def main(server):
+        redis_url = server.url
+        (reg,) = await _replicas(redis_url, 1, lease_s=2.0)
+        try:
+            pool = reg.pool("handle-1", 2, 4, 5)
+            await _past_grace(pool)
+            r1, r2 = _Record("req-one"), _Record("req-two")
+            l1 = await asyncio.wait_for(pool.acquire("k", 0, r1), 5)
+            l2 = await pool.acquire("k", 0, r2)
+            assert l1.holder is r1 and l1.member == "unit-0:req-one"
+            pool.release(l2)
+            pool.release(l2)  # once only
+            await asyncio.sleep(0.2)
+            assert RedisServer_members(redis_url, "handle-1") == ["unit-0:req-one"]
+            # Redis gone for longer than the lease: the request holding l1 is stopped
+            await asyncio.get_running_loop().run_in_executor(None, server.stop)
+            for _ in range(100):
+                if r1.cancelled:
+                    break
+                await asyncio.sleep(0.05)
+            assert r1.cancelled and r1.cancelled[0][0] == "slot_lost" and "lease" in r1.cancelled[0][1]
+            assert not r2.cancelled
+            pool.release(l1)
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))
+
+
+def RedisServer_members(url: str, backend: str) -> list[str]:
+    import redis
+
+    return redis.Redis.from_url(url, decode_responses=True).zrange(f"hlf:slots:{backend}", 0, -1)

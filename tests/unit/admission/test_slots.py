@@ -19,10 +19,12 @@ def run(coro):
 def test_fast_path_and_release():
     async def main():
         p = SlotPool("b", 2, 4, 1.0)
-        await p.acquire()
-        await p.acquire()
+        first = await p.acquire()
+        held = await p.acquire()
         assert p.in_use == 2 and p.queued == 0
-        p.release()
+        p.release(first)
+        assert p.in_use == 1
+        p.release(first)  # a lease is given back once: the second release is a no-op
         assert p.in_use == 1
     run(main())
 
@@ -30,7 +32,7 @@ def test_fast_path_and_release():
 def test_full_queue_is_refused_with_retry_after():
     async def main():
         p = SlotPool("b", 1, 1, 5.0)
-        await p.acquire()
+        held = await p.acquire()
         waiter = asyncio.create_task(p.acquire())
         await asyncio.sleep(0)
         assert p.queued == 1
@@ -38,7 +40,7 @@ def test_full_queue_is_refused_with_retry_after():
             await p.acquire()
         assert ei.value.kind == "overloaded" and ei.value.retry_after >= 1
         assert "queue depth 1" in ei.value.message
-        p.release()
+        p.release(held)
         await waiter
         assert p.in_use == 1 and p.queued == 0
     run(main())
@@ -47,7 +49,7 @@ def test_full_queue_is_refused_with_retry_after():
 def test_queue_timeout():
     async def main():
         p = SlotPool("b", 1, 4, 0.05)
-        await p.acquire()
+        held = await p.acquire()
         with pytest.raises(GatewayError) as ei:
             await p.acquire()
         assert ei.value.kind == "overloaded" and "0.05 s" in ei.value.message
@@ -58,14 +60,14 @@ def test_queue_timeout():
 def test_cancelled_waiter_leaves_the_queue_and_never_leaks():
     async def main():
         p = SlotPool("b", 1, 4, 5.0)
-        await p.acquire()
+        held = await p.acquire()
         w = asyncio.create_task(p.acquire())
         await asyncio.sleep(0)
         w.cancel()
         with pytest.raises(asyncio.CancelledError):
             await w
         assert p.queued == 0
-        p.release()
+        p.release(held)
         assert p.in_use == 0
     run(main())
 
@@ -73,10 +75,10 @@ def test_cancelled_waiter_leaves_the_queue_and_never_leaks():
 def test_granted_then_cancelled_gives_the_slot_back():
     async def main():
         p = SlotPool("b", 1, 4, 5.0)
-        await p.acquire()
+        held = await p.acquire()
         w = asyncio.create_task(p.acquire())
         await asyncio.sleep(0)
-        p.release()  # grants to w ...
+        p.release(held)  # grants to w ...
         w.cancel()  # ... which is cancelled before it runs again
         with pytest.raises(asyncio.CancelledError):
             await w
@@ -87,21 +89,21 @@ def test_granted_then_cancelled_gives_the_slot_back():
 def test_round_robin_between_keys_and_priority_first():
     async def main():
         p = SlotPool("b", 1, 100, 5.0)
-        await p.acquire()
+        held = await p.acquire()
         order: list[str] = []
 
         async def one(key, prio=0):
-            await p.acquire(key, prio)
+            lease = await p.acquire(key, prio)
             order.append(key)
             await asyncio.sleep(0)
-            p.release()
+            p.release(lease)
 
         tasks = [asyncio.create_task(one("burst")) for _ in range(5)]
         await asyncio.sleep(0)
         tasks.append(asyncio.create_task(one("other")))
         tasks.append(asyncio.create_task(one("vip", 5)))
         await asyncio.sleep(0)
-        p.release()
+        p.release(held)
         await asyncio.gather(*tasks)
         assert order[0] == "vip"  # priority first
         assert order.index("other") <= 2  # not behind the whole burst
@@ -111,7 +113,7 @@ def test_round_robin_between_keys_and_priority_first():
 def test_resize_grants_new_slots_at_once():
     async def main():
         p = SlotPool("b", 1, 4, 5.0)
-        await p.acquire()
+        held = await p.acquire()
         w = asyncio.create_task(p.acquire())
         await asyncio.sleep(0)
         p.resize(2, 4, 5.0)
@@ -131,13 +133,13 @@ def test_never_more_than_slots_and_nothing_leaks(plan, slots):
 
         async def req(hold_ticks, cancel, key):
             nonlocal peak
-            await p.acquire(str(key))
+            lease = await p.acquire(str(key))
             try:
                 peak = max(peak, p.in_use)
                 for _ in range(hold_ticks):
                     await asyncio.sleep(0)
             finally:
-                p.release()
+                p.release(lease)
 
         tasks = []
         for hold, cancel, key in plan:

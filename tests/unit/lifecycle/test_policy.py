@@ -320,6 +320,14 @@ def test_simulated_homelab_serves_everyone_and_never_overcommits(arrivals, pol, 
             assert admitted - arrival <= bound, (rid, arrival, admitted)
 
 
+def test_a_tie_in_waiting_goes_to_the_backend_served_least_recently():
+    # hypothesis found it: a and b each have a request from t=0; a started first (by name), was
+    # evicted for b after one request, and then won the room back by name, three times, while b
+    # waited 15 s
+    sim = Sim({"a": 1.0, "b": 1.0, "c": 0.5}, 1, "batch", 0.0).run([(0.0, "a", 0.5)] * 3 + [(0.0, "b", 0.5)])
+    assert sim.done[3][1] <= Sim.START_S + 0.5 + Sim.STOP_S + Sim.START_S  # b right after a's first
+
+
 def test_batching_cuts_swaps_against_fifo_on_alternating_clients():
     # four clients, each alternating between two models: FIFO swaps on nearly every request
     arrivals = [(i * 0.25, "ab"[(i + c) % 2], 1.0) for c in range(4) for i in range(10)]

@@ -68,9 +68,9 @@ def test_place_prefers_the_sessions_backend_while_it_has_room_then_spills():
         route = _route(a, b)
         key = _session_preferring("b", ["a", "b"])
         assert route.place(key) == (b, "hit")
-        await b.pool.acquire()
+        first = await b.pool.acquire()
         assert route.place(key) == (b, "hit")  # one slot still free there
-        await b.pool.acquire()
+        second = await b.pool.acquire()
         # b full, a idle: the expected wait on b (recent hold 5 s x 1 / 2 slots) is over 2 s more
         assert route.place(key) == (a, "spill")
         b.pool.queue.hold_s = 1.0  # short answers lately: a 0.5 s wait is within the bound
@@ -80,8 +80,8 @@ def test_place_prefers_the_sessions_backend_while_it_has_room_then_spills():
         assert route.place(None) == (a, None)  # no session key
         b.up = False
         assert route.place(key) == (a, None)  # one backend up: nothing to choose
-        b.pool.release()
-        b.pool.release()
+        b.pool.release(first)
+        b.pool.release(second)
 
     asyncio.run(scenario())
 
@@ -91,8 +91,8 @@ def test_a_full_queue_is_never_worth_the_cache():
         a, b = _backend("a", slots=1, depth=0), _backend("b", slots=1, depth=0)
         route = _route(a, b, wait=1e9)
         key = _session_preferring("b", ["a", "b"])
-        await b.pool.acquire()
+        lease = await b.pool.acquire()
         assert route.place(key) == (a, "spill")
-        b.pool.release()
+        b.pool.release(lease)
 
     asyncio.run(scenario())

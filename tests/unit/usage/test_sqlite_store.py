@@ -99,3 +99,66 @@ def test_a_ledger_that_cannot_be_written_stops_the_start(tmp_path):
     with pytest.raises(cfgmod.ConfigError) as err:
         asyncio.run(store.start())
     assert err.value.problems[0].startswith("usage.path: cannot create")
+
+
+def test_an_oserror_from_the_folder_is_reported_and_the_writer_lives_on(tmp_path):
+    """The folder made at start is replaced by a file: the first write cannot make it (an OSError,
+    which used to end the writer thread and leave every later query waiting forever)."""
+    import shutil
+
+    from homelab_frontend.errors import GatewayError
+
+    async def main():
+        sub = tmp_path / "sub"
+        store = SqliteStore(cfgmod.Usage(path=str(sub / "u.sqlite3"), flush_interval_s=0.05))
+        await store.start()
+        shutil.rmtree(sub)
+        sub.write_text("in the way")
+        store.put(_entry(time.time()))
+        with pytest.raises(GatewayError) as ei:  # the query gets the failure, at once
+            await asyncio.wait_for(store.rows(None, None, None, None), 5)
+        assert ei.value.status == 503 and "usage ledger" in ei.value.message
+        for _ in range(100):
+            if store.write_errors:
+                break
+            await asyncio.sleep(0.02)
+        health = store.health()
+        assert not health["ok"] and health["writer_alive"] and "cannot write" in health["failure"]
+        assert store.write_errors == 1 and store.lost == 1
+        sub.unlink()  # the way is clear again: the same thread writes the next batch
+        store.put(_entry(time.time()))
+        rows = await asyncio.wait_for(store.rows(None, None, None, None), 5)
+        assert len(rows) == 1 and store.health()["ok"]
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_writer_thread_that_dies_fails_its_waiting_queries_and_is_started_again(tmp_path, monkeypatch):
+    from homelab_frontend.errors import GatewayError
+
+    async def main():
+        store = SqliteStore(cfgmod.Usage(path=str(tmp_path / "u.sqlite3"), flush_interval_s=0.05))
+        await store.start()
+        real_write = store._write
+
+        def bug(batch, n):
+            raise RuntimeError("a bug in the writer")
+
+        monkeypatch.setattr(store, "_write", bug)
+        store.put(_entry(time.time()))
+        with pytest.raises(GatewayError) as ei:  # never a query waiting forever on a dead thread
+            await asyncio.wait_for(store.rows(None, None, None, None), 5)
+        assert ei.value.status == 503 and "RuntimeError: a bug in the writer" in ei.value.message
+        for _ in range(100):
+            if not store.health()["writer_alive"]:
+                break
+            await asyncio.sleep(0.02)
+        assert not store.health()["writer_alive"] and "died" in store.failure and store.lost == 1
+        monkeypatch.setattr(store, "_write", real_write)
+        store.put(_entry(time.time()))  # starts another writer
+        rows = await asyncio.wait_for(store.rows(None, None, None, None), 5)
+        assert len(rows) == 1 and store.restarts == 1 and store.health()["writer_alive"]
+        await store.close()
+
+    asyncio.run(main())

@@ -9,9 +9,12 @@ Finish reasons (canonical -> Gemini `finishReason`)
 usageMetadata
     promptTokenCount = the upstream's prompt tokens (cached ones included, as Google counts
     them), cachedContentTokenCount = its cached tokens when it reported them,
-    candidatesTokenCount = its completion tokens, totalTokenCount = the sum of the two known.
-    A count the upstream never reported is left out, never a 0 (`thoughtsTokenCount` is always
-    left out: no upstream says how many of its completion tokens were reasoning).
+    candidatesTokenCount = its completion tokens less the reasoning ones, thoughtsTokenCount = the
+    reasoning ones, when it reported them and they are not 0 (vLLM's
+    completion_tokens_details.reasoning_tokens: Google counts the thoughts apart from the
+    candidates, and sends no thoughtsTokenCount for an answer without thinking),
+    totalTokenCount = prompt + completion tokens (the thoughts included, as Google adds them).
+    A count the upstream never reported is left out, never a 0.
 Function calls
     `id`: the upstream's id when it has one not yet used in this answer, else `call_` + 24 random
     hex digits; clients echo it back in `functionResponse.id` (request.py matches it). `args`:
@@ -62,8 +65,12 @@ def usage_metadata(u: c.Usage) -> dict[str, int] | None:
     out: dict[str, int] = {}
     if u.input_tokens is not None:
         out["promptTokenCount"] = u.input_tokens
+    thoughts = u.reasoning_tokens if u.reasoning_tokens and u.output_tokens is not None else 0
     if u.output_tokens is not None:
-        out["candidatesTokenCount"] = u.output_tokens
+        # Google counts the thoughts apart: candidates are the answer alone, and the total both
+        out["candidatesTokenCount"] = u.output_tokens - min(thoughts, u.output_tokens)
+    if thoughts:
+        out["thoughtsTokenCount"] = min(thoughts, u.output_tokens or 0)
     if u.input_tokens is not None or u.output_tokens is not None:
         out["totalTokenCount"] = (u.input_tokens or 0) + (u.output_tokens or 0)
     if u.cached_input_tokens is not None:

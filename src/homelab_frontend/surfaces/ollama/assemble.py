@@ -23,9 +23,11 @@ class AnswerFailed(Exception):
 
 class WholeAssembler:
     def __init__(self, *, model: str, endpoint: Literal["chat", "generate"] = "chat",
-                 id_prefix: str = "call_", clock: Callable[[], str] = wall_clock) -> None:
+                 id_prefix: str = "call_", clock: Callable[[], str] = wall_clock,
+                 hide_reasoning: bool = False) -> None:
         # the stream encoder's counting and tool-call holding, without its lines
         self._enc = NdjsonEncoder(model=model, endpoint=endpoint, id_prefix=id_prefix)
+        self.hide_reasoning = hide_reasoning  # think: false, and the backend thought anyway
         self.model = model
         self.endpoint = endpoint
         self.clock = clock
@@ -48,8 +50,9 @@ class WholeAssembler:
                 self._enc.deltas += 1
         elif isinstance(ev, c.ReasoningDelta):
             if ev.text:
-                self.thinking.append(ev.text)
-                self._enc.deltas += 1
+                if not self.hide_reasoning:
+                    self.thinking.append(ev.text)
+                self._enc.deltas += 1  # counted either way: the backend generated it
         elif isinstance(ev, c.UpstreamError):
             raise AnswerFailed(ev.message)
         elif isinstance(ev, c.Finish):

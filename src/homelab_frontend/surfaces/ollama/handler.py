@@ -33,6 +33,7 @@ from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream.capabilities import Facts, can_tell, fetch_facts
 from ..body import decode_object
+from ..completions.handler import TextTurn, run as completion_run
 from ..context import Gateway
 from ..embeddings import embed as upstream_embeddings
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
@@ -141,6 +142,8 @@ async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     route = resolve(gw, name)
     gw.auth.admit(request, route, "ollama")
     facts = names.merge_facts(await _backend_facts(gw, route), gw.cfg.models[route.model].capabilities)
+    if route.fim is not None:
+        facts = names.with_fim(facts, route.fim)
     return _json(names.show_document(name, facts, _context_length(route), wall_clock()), gw, t)
 
 
@@ -172,11 +175,18 @@ class OllamaTurn(Turn):
         t = self.t
         return durations(time.monotonic() - t.started, t.queue_wait, t.load_wait, t.ttft)
 
+    @property
+    def hide_reasoning(self) -> bool:
+        """`think: false`: a backend that thinks anyway has its reasoning dropped from the answer."""
+        return self.req.reasoning_enabled is False
+
     def encoder(self) -> NdjsonEncoder:
-        return NdjsonEncoder(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix)
+        return NdjsonEncoder(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix,
+                             hide_reasoning=self.hide_reasoning)
 
     def whole(self, events: list[c.Event], ex: Exchange) -> dict:
-        asm = WholeAssembler(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix)
+        asm = WholeAssembler(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix,
+                             hide_reasoning=self.hide_reasoning)
         try:
             for ev in events:
                 asm.feed(ev)
@@ -189,6 +199,17 @@ class OllamaTurn(Turn):
         if enc.failed:  # the model's tool call arguments were no JSON object: the client got an error
             self.t.fail("upstream_malformed", override=True)
         return tail
+
+
+class OllamaTextTurn(TextTurn, OllamaTurn):
+    """`/api/generate` with `raw: true` or a `suffix`: the upstream call of a completion
+    (TextTurn: the prompt verbatim, or rendered through the model's FIM template, to the backend's
+    /v1/completions), the answer in Ollama's NDJSON (OllamaTurn)."""
+
+    def __init__(self, call: Call, front: Inbound, t: Tracked) -> None:
+        TextTurn.__init__(self, call.text, front)
+        self.t = t
+        self.id_prefix = f"call_{secrets.token_hex(4)}_"
 
 
 def _lifetime(gw: Gateway, route: Route, call: Call) -> None:
@@ -229,6 +250,8 @@ async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Call
     _lifetime(gw, front.route, call)
     if call.request is None:
         return _json(_loaded(call), gw, t)
+    if call.text is not None:  # raw or suffix: a completion (surfaces/completions/), not a chat
+        return await completion_run(request, gw, t, front, OllamaTextTurn(call, front, t))
     async with exchange(request, gw, t, front, call.request) as ex:
         return await answer(request, gw, t, ex, OllamaTurn(call, t))
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 
+import msgspec
+
 from ...upstream.capabilities import Facts
 
 __all__ = ["merge_facts", "ps_entry", "show_document", "tag_name", "tags_entry"]
@@ -69,6 +71,21 @@ def ps_entry(name: str, context_length: int | None, facts: Facts | None = None) 
     if context_length:
         entry["context_length"] = context_length
     return entry
+
+
+def with_fim(facts: Facts, fim) -> Facts:
+    """A model with a FIM template (config `fim:`) can fill in the middle through the gateway:
+    `insert` among its capabilities, and, when the backend gave no template, one in Ollama's Go
+    syntax with `.Suffix` (what Continue looks for to decide a model takes a suffix)."""
+    caps = facts.capabilities if "insert" in facts.capabilities else (*facts.capabilities, "insert")
+    template = facts.template
+    if template is None or ".Suffix" not in template:
+        if fim.order == "spm":
+            fill = f"{fim.suffix}{{{{ .Suffix }}}}{fim.prefix}{{{{ .Prompt }}}}{fim.middle}"
+        else:
+            fill = f"{fim.prefix}{{{{ .Prompt }}}}{fim.suffix}{{{{ .Suffix }}}}{fim.middle}"
+        template = f"{{{{- if .Suffix }}}}{fill}{{{{- else }}}}{{{{ .Prompt }}}}{{{{- end }}}}"
+    return msgspec.structs.replace(facts, capabilities=caps, template=template)
 
 
 def show_document(name: str, facts: Facts, context_length: int | None, modified_at: str) -> dict:

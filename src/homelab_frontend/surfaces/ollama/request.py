@@ -54,9 +54,12 @@ keep_alive
     `system` -> a system message, `prompt` (+ top-level `images`) -> one user message. A request
     with no prompt and no messages only loads (or with keep_alive 0 unloads) the model in Ollama:
     the Call says so and the handler answers one JSON object without an upstream request.
-    `suffix` (fill-in-the-middle), `raw: true` (a prompt without the chat template), a non-empty
-    `context` (token ids of an earlier answer) and `template` cannot be honoured through a chat
-    completion: each is a 400 naming the field rather than an answer to a different question.
+    `raw: true` (the prompt verbatim, no chat template) and `suffix` (fill in the middle) make it
+    a completion instead (`Call.text`, a completions/request.TextCall: the backend's
+    /v1/completions, the suffix through the model's FIM template; surfaces/completions/), with
+    the same options; images and `format` cannot go with it (a 400 naming the field). A non-empty
+    `context` (token ids of an earlier answer) and `template` cannot be honoured: each is a 400
+    naming the field rather than an answer to a different question.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ import msgspec
 from ... import canonical as c
 from ...errors import GatewayError
 from ..body import decode_object
+from ..completions.request import TextCall
 
 __all__ = ["Call", "parse_chat", "parse_generate"]
 
@@ -85,6 +89,8 @@ class Call(msgspec.Struct):
     stream: bool
     request: c.Request | None  # None: only load / unload the model (no prompt, no messages)
     keep_alive: float | str | None = None
+    # /api/generate with `raw: true` or a `suffix`: a completion (surfaces/completions/), not a chat
+    text: TextCall | None = None
 
     @property
     def unload(self) -> bool:
@@ -401,16 +407,27 @@ def parse_chat(body: bytes) -> Call:
     return call
 
 
+def _text_call(call: Call, prompt: str, suffix: str | None) -> TextCall:
+    """The completion a raw or suffix generate asks for, its options as the chat's (validated by
+    _options): num_predict, temperature, top_p, top_k, stop, seed, penalties, min_p."""
+    req = call.request
+    assert req is not None
+    params: dict = {k: v for k, v in req.extra.items() if k in ("seed", "presence_penalty", "frequency_penalty", "min_p")}
+    for key in ("max_tokens", "temperature", "top_p", "top_k"):
+        if getattr(req, key) is not None:
+            params[key] = getattr(req, key)
+    if req.stop:
+        params["stop"] = list(req.stop)
+    return TextCall("generate", call.model, call.stream, prompt, suffix, params=params, include_usage=True)
+
+
 def parse_generate(body: bytes) -> Call:
     raw = decode_object(body)
-    for key in ("suffix", "template"):
-        if _str(raw, key, key):
-            what = "fill-in-the-middle" if key == "suffix" else "a per-request prompt template"
-            raise _bad(key, f"{what} is not available through this gateway: its backends are "
-                            "reached through their chat completions API")
-    if _bool(raw, "raw", "raw"):
-        raise _bad("raw", "a raw prompt (without the model's chat template) is not available through "
-                          "this gateway; send it without raw, or use /api/chat")
+    if _str(raw, "template", "template"):
+        raise _bad("template", "a per-request prompt template is not available through this gateway: "
+                               "send the prompt already in the form you want with raw: true")
+    suffix = _str(raw, "suffix", "suffix") or None
+    raw_prompt = bool(_bool(raw, "raw", "raw"))
     context = raw.get("context")
     if context is not None and context != []:
         raise _bad("context", "the token context of an earlier answer cannot be continued through this "
@@ -418,6 +435,19 @@ def parse_generate(body: bytes) -> Call:
     prompt = _str(raw, "prompt", "prompt") or ""
     system = _str(raw, "system", "system") or ""
     images = _images(raw, "images")
+    if raw_prompt or suffix is not None:
+        if images:
+            raise _bad("images", "images cannot go with a raw prompt or a suffix through this gateway "
+                                 "(its completions endpoint takes text)")
+        if raw.get("format") not in (None, ""):
+            raise _bad("format", "a structured format cannot go with a raw prompt or a suffix through this gateway")
+        call = _common(raw, "generate", [c.Message("user", [c.TextPart(prompt)])])
+        if not (prompt or suffix):
+            call.request = None  # nothing to complete: a load (or an unload), as without raw
+            return call
+        # `system` has no place in a raw prompt (Ollama ignores it there too)
+        call.text = _text_call(call, prompt, suffix)
+        return call
     messages: list[c.Message] = []
     if system:
         messages.append(c.Message("system", [c.TextPart(system)]))

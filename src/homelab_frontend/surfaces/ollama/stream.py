@@ -167,8 +167,13 @@ class ToolCalls:
 
 class NdjsonEncoder:
     def __init__(self, *, model: str, endpoint: Literal["chat", "generate"] = "chat",
-                 id_prefix: str = "call_", clock: Callable[[], str] = wall_clock) -> None:
+                 id_prefix: str = "call_", clock: Callable[[], str] = wall_clock,
+                 hide_reasoning: bool = False) -> None:
         self.endpoint = endpoint
+        # `think: false` and a backend that thinks anyway (it cannot always be told not to): the
+        # reasoning is dropped from the answer, and still counted (eval_count: it was generated)
+        self.hide_reasoning = hide_reasoning
+        self.hidden = 0  # reasoning pieces dropped
         self.model = model
         self.clock = clock
         self.ended = False
@@ -201,6 +206,9 @@ class NdjsonEncoder:
             if not text:
                 return b""
             self.deltas += 1
+            if kind is _ReasoningDelta and self.hide_reasoning:
+                self.hidden += 1
+                return b""
             stamp = self.clock()
             if stamp is not self._stamp_text:  # the wall clock gives the same text within a millisecond
                 self._stamp_text, self._stamp_bytes = stamp, stamp.encode()

@@ -21,8 +21,8 @@ Choices
   upstream reported no counts (never invented). `input_tokens_details.cached_tokens` and
   `output_tokens_details.reasoning_tokens` are always there, as OpenAI sends them (openai-python's
   `ResponseUsage` requires both): the upstream's cached count, or 0 when it reported none; the
-  gateway's count of reasoning deltas (no upstream reports reasoning tokens apart), at most
-  `output_tokens`.
+  upstream's reasoning count (vLLM's completion_tokens_details.reasoning_tokens), else the
+  gateway's count of reasoning deltas (stream.py), at most `output_tokens`.
 * A reasoning item carries its text as `content` (`reasoning_text`), or, when the client asked
   for `reasoning.summary`, as its one `summary_text` part with `content` empty (stream.py says
   why); `items.reasoning_text(item)` reads it back either way.

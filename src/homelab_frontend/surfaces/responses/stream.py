@@ -82,9 +82,10 @@ Choices (and why)
   So the reasoning text is given as the item's one `summary_text` part, streamed as
   `reasoning_summary_text.delta`, and `content` stays empty: the same text twice would be shown
   twice by a client that reads both.
-* `reasoning_tokens` counts reasoning deltas: one token each where the upstream streams a token
-  per chunk (llama.cpp, Ollama, vLLM by default); usage.output_tokens_details says it. A whole
-  (non-streamed) upstream answer has its reasoning as one text: the I/O layer sets
+* usage.output_tokens_details.reasoning_tokens is the upstream's own count when it reports one
+  (vLLM: completion_tokens_details.reasoning_tokens). Else `reasoning_tokens` counts reasoning
+  deltas: one token each where the upstream streams a token per chunk (llama.cpp, Ollama); a
+  whole (non-streamed) upstream answer has its reasoning as one text: the I/O layer sets
   `counts_reasoning = False` and the figure is 0, as for an upstream that reports none.
 """
 
@@ -303,8 +304,10 @@ class ResponsesStreamEncoder:
             reason = _INCOMPLETE.get(self.finish_reason or "")
             resp["status"] = "incomplete" if reason else "completed"
             resp["incomplete_details"] = {"reason": reason} if reason else None
-        resp["usage"] = r.usage_object(self.prompt_tokens, self.output_tokens, self.cached_input_tokens,
-                                       self.reasoning_tokens if self.counts_reasoning else 0)
+        reasoning = self.usage.reasoning_tokens  # the upstream's own count (vLLM), else ours
+        if reasoning is None:
+            reasoning = self.reasoning_tokens if self.counts_reasoning else 0
+        resp["usage"] = r.usage_object(self.prompt_tokens, self.output_tokens, self.cached_input_tokens, reasoning)
         return resp
 
     # -- internals ---------------------------------------------------------------------------

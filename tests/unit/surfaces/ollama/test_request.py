@@ -180,14 +180,28 @@ def test_generate_prompt_system_images():
 
 
 @pytest.mark.parametrize("body,param", [
-    ({"suffix": "}"}, "suffix"),
-    ({"raw": True}, "raw"),
+    ({"raw": True, "images": ["iVBORw0KGgo="]}, "images"),
+    ({"suffix": "}", "format": "json"}, "format"),
     ({"context": [1, 2, 3]}, "context"),
     ({"template": "{{ .Prompt }}"}, "template"),
 ])
 def test_generate_refuses_what_a_chat_completion_cannot_honour(body, param):
     err = refused(parse_generate, {"model": "m", "prompt": "x", **body})
     assert err.param == param and "gateway" in err.message
+
+
+def test_generate_raw_and_suffix_are_completions_with_the_same_options():
+    call = parse_generate(json.dumps({"model": "m", "prompt": "<fim_prefix>x", "raw": True, "system": "ignored",
+                                      "options": {"num_predict": 16, "temperature": 0.1, "stop": ["\n"], "seed": 3,
+                                                  "num_ctx": 4096}}).encode())
+    assert call.text is not None and call.text.suffix is None and call.text.prompt == "<fim_prefix>x"
+    assert call.text.params == {"max_tokens": 16, "temperature": 0.1, "stop": ["\n"], "seed": 3}
+    assert call.text.stream  # Ollama's default
+    # Twinny / ollama-autocoder style: prompt + suffix, not raw (Ollama fills its template)
+    call = parse_generate(json.dumps({"model": "m", "prompt": "def f(", "suffix": "    return 1",
+                                      "stream": False}).encode())
+    assert call.text.suffix == "    return 1" and not call.text.stream
+    assert parse_generate(b'{"model": "m", "prompt": "", "raw": true}').request is None  # a load
 
 
 json_values = st.recursive(

@@ -1,0 +1,176 @@
+"""The fleet's effects: a start (a spawn, or a wake from sleep), a stop (or a sleep), and noticing
+a server that exited by itself. Each start or stop runs in a task of its own and kicks the
+fleet's loop when it is done, so the loop never blocks on a process.
+
+Processes and probes go through what the fleet was given (`spawner`, `prober`), so that the fleet
+is driven in tests without processes (tests/unit/lifecycle/test_fleet.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable, Mapping
+
+from ..errors import GatewayError, clean_message
+from .logring import LogRing
+from .machine import Event
+from .policy import State
+from .process import describe_status
+from .unit import Managed, Process
+
+log = logging.getLogger("homelab_frontend.lifecycle")
+
+READY_POLL_S = 0.2
+TAIL_LINES = 5  # log lines in a failed start's 503
+MAX_BACKOFF_FACTOR = 32
+START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+
+# Makes the process of a managed backend: (argv, env, cwd, its log) -> a running process.
+Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing], Process]
+
+
+class Effects:
+    """Mixed into `Fleet` (fleet.py), whose state it shares."""
+
+    units: dict[str, Managed]
+    spawner: Spawner
+    prober: Any  # probe.Prober: ready, wake, is_sleeping, sleep, close
+    starts: Counter
+    start_buckets: dict[str, list[int]]
+    start_sum: dict[str, float]
+
+    def kick(self) -> None: ...
+
+    async def _start(self, u: Managed, was: State) -> None:
+        t0 = time.monotonic()
+        u.error = None
+        outcome, err = "ok", None
+        try:
+            if was is State.SLEEPING and not u.stale and u.child is not None and u.child.running:
+                outcome, err = await self._wake(u)
+            else:
+                outcome, err = await self._spawn(u)
+        except asyncio.CancelledError:
+            raise
+        except OSError as exc:  # exec failed: said as a shell would (127: not found, 126: not runnable)
+            u.last_exit = 127 if isinstance(exc, FileNotFoundError) else 126
+            outcome, err = "exit", f"cannot run {u.run.argv()[0]!r}: {exc.strerror} ({describe_status(u.last_exit)})"
+        except Exception as exc:
+            # a bug of the gateway's own, not the backend's: logged with its traceback, and the
+            # 503 says so rather than passing it off as the server's failure
+            log.exception("lifecycle: internal error while starting backend %s", u.name)
+            outcome, err = "error", (f"the gateway hit an internal error while starting it "
+                                     f"({type(exc).__name__}: {exc}); see the gateway's log")
+        finally:
+            u.effect = None
+        took = time.monotonic() - t0
+        self.starts[(u.name, outcome)] += 1
+        if outcome == "ok":
+            self._observe_start(u.name, took)
+            u.last_start_s, u.failures, u.retry_at = took, 0, None
+            u.last_used = time.monotonic()
+            u.advance(Event.UP)
+            log.info("backend %s: ready in %.1f s", u.name, took)
+        else:
+            u.failures += 1
+            backoff = u.run.backoff_s * min(MAX_BACKOFF_FACTOR, 2 ** (u.failures - 1))
+            u.retry_at = time.monotonic() + backoff
+            tail = "" if outcome == "error" else " | ".join(
+                line.strip() for line in u.log.tail(TAIL_LINES + 1) if not line.startswith("-- gateway:"))[-1500:]
+            u.error = clean_message(f"backend {u.name!r} failed to start: {err}"
+                                    + (f"; last lines of its log: {tail}" if tail else "")
+                                    + f" (next try in {backoff:g} s)", limit=2000)
+            u.advance(Event.FAIL)
+            log.warning("%s", u.error)
+            if u.pool is not None:
+                u.pool.queue.fail_all(GatewayError("backend_down", u.error, status=503,
+                                                   retry_after=max(1.0, round(backoff))))
+        self.kick()
+
+    async def _spawn(self, u: Managed) -> tuple[str, str | None]:
+        run = u.run
+        if u.child is not None and u.child.running:  # a sleeping one being replaced: it goes first
+            u.last_exit = await u.child.stop(run.stop_timeout_s)
+        u.log.mark(f"-- gateway: starting {' '.join(run.argv())}")
+        u.goal = u.goal.respawned()  # whatever was to be replaced is: this is the new command
+        u.child = child = self.spawner(run.argv(), run.env, run.cwd, u.log)
+        child.exited.add_done_callback(lambda _: self.kick())  # an exit while serving is an event too
+        u.log.mark(f"-- gateway: pid {child.pid}")
+        deadline = time.monotonic() + run.start_timeout_s
+        while True:
+            if not child.running:
+                u.last_exit = child.exited.result()
+                return "exit", describe_status(u.last_exit)
+            if await self.prober.ready(u.cfg):
+                return "ok", None
+            if time.monotonic() >= deadline:
+                u.last_exit = await child.stop(run.stop_timeout_s)
+                return "timeout", f"not ready within {run.start_timeout_s:g} s (stopped: {describe_status(u.last_exit)})"
+            try:
+                await asyncio.wait_for(asyncio.shield(child.exited), READY_POLL_S)
+            except TimeoutError:
+                pass
+
+    async def _wake(self, u: Managed) -> tuple[str, str | None]:
+        run = u.run
+        try:
+            await self.prober.wake(u.cfg, run.start_timeout_s)
+        except Exception as exc:
+            u.log.mark(f"-- gateway: wake_up failed: {exc}: starting it afresh")
+            return await self._spawn(u)
+        deadline = time.monotonic() + run.start_timeout_s
+        while time.monotonic() < deadline:
+            if u.child is None or not u.child.running:
+                u.last_exit = u.child.exited.result() if u.child is not None else None
+                return "exit", describe_status(u.last_exit or 0)
+            if await self.prober.is_sleeping(u.cfg) is False and await self.prober.ready(u.cfg):
+                return "ok", None
+            await asyncio.sleep(READY_POLL_S)
+        return "timeout", f"not awake within {run.start_timeout_s:g} s"
+
+    async def _stop(self, u: Managed, reason: str) -> None:
+        run = u.run
+        try:
+            child = u.child
+            if run.unload == "sleep" and not u.stale and child is not None and child.running:
+                try:
+                    await self.prober.sleep(u.cfg, run.sleep_level, run.stop_timeout_s + 60)
+                    u.advance(Event.SLEPT)
+                    return
+                except Exception as exc:
+                    u.log.mark(f"-- gateway: sleep failed: {exc}: stopping it instead")
+            if child is not None:
+                u.last_exit = await child.stop(run.stop_timeout_s)
+            u.advance(Event.EXITED)
+        finally:
+            u.goal = u.goal.stopped() if u.state is State.STOPPED else u.goal.wanted()
+            u.effect = None
+            self.kick()
+
+    def _observe_start(self, name: str, took: float) -> None:
+        buckets = self.start_buckets.setdefault(name, [0] * len(START_BUCKETS))
+        for i, bound in enumerate(START_BUCKETS):
+            if took <= bound:
+                buckets[i] += 1
+        self.start_sum[name] = self.start_sum.get(name, 0.0) + took
+
+    def watch_exits(self) -> None:
+        """Notice a server that exits on its own while ready, draining or asleep (a crash, a kill -9)."""
+        for u in self.units.values():
+            if (u.effect is None and u.state in (State.READY, State.DRAINING, State.SLEEPING)
+                    and u.child is not None and not u.child.running):
+                u.last_exit = u.child.exited.result()
+                u.error = f"backend {u.name!r} exited while {u.state.value}: {describe_status(u.last_exit)}"
+                log.warning("%s", u.error)
+                u.advance(Event.EXITED)
+                u.goal = u.goal.stopped()
+
+
+def spawn_child(argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> Process:
+    """The real spawner: a `process.Child` (its own process group, never outliving the gateway)."""
+    from .process import Child
+
+    return Child(argv, env, cwd, ring)

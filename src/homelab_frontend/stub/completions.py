@@ -1,0 +1,285 @@
+"""`POST /v1/completions` (every flavour) and llama.cpp's `POST /infill`: text after a prompt, as
+the real servers send it, with the same timing, cancellation log and stats as the chat handler
+(chat.py): one `request` line, then `completed ... tokens=N` or `cancelled ... after N tokens`.
+
+The answer is `max_tokens` (or `n_predict`; else a `[stub content=N]` directive in the prompt, else
+16) words ` c1 c2 ...`, one token each, `token_delay_ms` (or `[stub delay_ms=N]`) apart, cut at a
+stop string. The prompt counts one token per word (script.text_token_ids), as /tokenize does.
+
+Wire shapes, per flavour:
+* vLLM: `cmpl-<hex>` ids, chunks with `logprobs: null`, `stop_reason` on the finish chunk (the stop
+  string), a `choices: []` usage chunk with `stream_options.include_usage` (and usage on every
+  chunk with `continuous_usage_stats`), `[DONE]`; `suffix` is refused with vLLM's 400;
+* llama.cpp: `chatcmpl-` ids (its completions share the chat id scheme), `system_fingerprint`,
+  the usage chunk with `timings`; `/infill` streams llama.cpp's own objects (`content`, `stop`,
+  `tokens_predicted`, `tokens_evaluated`, the last with `stop_type` and `timings`), no `[DONE]`;
+  a model without FIM tokens (`--no-fim`: Gemma 3) answers /infill with llama.cpp's 501;
+* Ollama: `cmpl-<n>` ids, `system_fingerprint: fp_ollama`, takes `suffix` (the real one renders
+  its model's FIM template; the stub records it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from .chat import FLAVOUR, STATE, authorized, json_response
+from .script import parse_directives, text_token_ids
+
+_encode = msgspec.json.encode
+DEFAULT_TOKENS = 16
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + _encode(obj) + b"\n\n"
+
+
+def _id(flavour: str) -> str:
+    if flavour == "vllm":
+        return f"cmpl-{uuid.uuid4().hex}"
+    if flavour == "ollama":
+        return f"cmpl-{random.randrange(999)}"
+    return "chatcmpl-" + secrets.token_hex(16)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _stops(v: Any) -> list[str]:
+    if isinstance(v, str):
+        return [v] if v else []
+    return [s for s in v if isinstance(s, str) and s] if isinstance(v, list) else []
+
+
+class _Gen:
+    """One generation: its pieces, and how far it got (for the log)."""
+
+    def __init__(self, state, seq: int, flavour: str, limit: int, stops: list[str], delay_ms: int) -> None:
+        self.state = state
+        self.seq = seq
+        self.id = _id(flavour)
+        self.limit = limit
+        self.stops = stops
+        self.delay_ms = delay_ms
+        self.sent = 0
+        self.text = ""
+        self.ended = False
+        self.stopped_by: str | None = None
+
+    async def pieces(self):
+        """Yield each generated piece after its delay; `stopped_by` is set when a stop fired."""
+        for i in range(1, self.limit + 1):
+            if self.delay_ms > 0:
+                await asyncio.sleep(self.delay_ms / 1000)
+            piece = f" c{i}"
+            for s in self.stops:
+                if s in self.text + piece:
+                    self.stopped_by = s
+                    return
+            self.sent += 1
+            self.text += piece
+            yield piece
+
+    @property
+    def finish(self) -> str:
+        return "stop" if self.stopped_by is not None or self.sent < self.limit else "length"
+
+    def completed(self) -> None:
+        self.ended = True
+        self.state.stats.completed += 1
+        self.state.log.write(f"completed id={self.id} tokens={self.sent} seq={self.seq}")
+
+    def cancelled(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.state.stats.cancelled += 1
+            self.state.log.write(f"cancelled id={self.id} after {self.sent} tokens seq={self.seq}")
+
+
+def _timings(prompt: int, predicted: int) -> dict:
+    return {"cache_n": 0, "prompt_n": prompt, "prompt_ms": 1.0, "prompt_per_token_ms": 0.1,
+            "prompt_per_second": 1000.0, "predicted_n": predicted, "predicted_ms": 1.0,
+            "predicted_per_token_ms": 0.1, "predicted_per_second": 1000.0}
+
+
+async def _begin(request: web.Request, path: str):
+    """Read, record and check a request. -> (body, seq) or a Response."""
+    state, flavour = request.app[STATE], request.app[FLAVOUR]
+    try:
+        body = msgspec.json.decode(await request.read())
+    except msgspec.DecodeError as exc:
+        return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
+    seq = state.record(body, request.headers)
+    if state.failing is not None and "abort_after" not in state.failing:
+        code = int(state.failing.get("status", 503))
+        state.log.write(f"rejected status={code} seq={seq}")
+        return json_response(flavour.error(code, str(state.failing.get("message") or f"stub error {code}")))
+    if path != "/infill" and not authorized(request, state.config.api_key):
+        state.log.write(f"rejected status=401 seq={seq}")
+        return json_response(flavour.unauthorized())
+    if not isinstance(body, dict):
+        return json_response(flavour.error(400, "The request body must be a JSON object"))
+    return body, seq
+
+
+async def handle_completions(request: web.Request) -> web.StreamResponse:
+    begun = await _begin(request, "/v1/completions")
+    if isinstance(begun, web.StreamResponse):
+        return begun
+    body, seq = begun
+    state, flavour = request.app[STATE], request.app[FLAVOUR]
+    config = state.config
+    name = flavour.name
+    model = flavour.resolve_model(body.get("model"), config.models)
+    if not isinstance(model, str):
+        return json_response(model)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        return json_response(flavour.error(400, "prompt must be a string"))
+    if name == "vllm" and body.get("suffix") is not None:
+        return json_response(flavour.error(400, "suffix is not currently supported", param="suffix"))
+    if name == "vllm" and body.get("stream_options") and not body.get("stream"):
+        return json_response(flavour.error(400, "Stream options can only be defined when `stream=True`.",
+                                           param="stream_options"))
+    text = prompt + (body.get("suffix") or "")
+    prompt_tokens = len(text_token_ids(text))
+    return await _play(request, state, flavour, body, seq, model, prompt_tokens, text, infill=False)
+
+
+async def handle_infill(request: web.Request) -> web.StreamResponse:
+    begun = await _begin(request, "/infill")
+    if isinstance(begun, web.StreamResponse):
+        return begun
+    body, seq = begun
+    state, flavour = request.app[STATE], request.app[FLAVOUR]
+    if not state.config.fim:
+        state.log.write(f"rejected status=501 seq={seq}")
+        return json_response(flavour.error(501, "Infill is not supported by this model: prefix token is missing. "
+                                                "suffix token is missing. middle token is missing. "))
+    for key in ("input_prefix", "input_suffix"):
+        if key not in body:
+            return json_response(flavour.error(400, f'"{key}" is required'))
+    extra = body.get("input_extra") or []
+    text = " ".join([*(ch.get("text", "") for ch in extra if isinstance(ch, dict)),
+                     str(body["input_prefix"]), str(body.get("prompt") or ""), str(body["input_suffix"])])
+    prompt_tokens = len(text_token_ids(text)) + 3  # the FIM tokens around them
+    return await _play(request, state, flavour, body, seq, state.config.models[0], prompt_tokens, text, infill=True)
+
+
+async def _play(request, state, flavour, body: dict, seq: int, model: str, prompt_tokens: int, text: str,
+                *, infill: bool) -> web.StreamResponse:
+    directives = parse_directives(text)
+    limit = _int(body.get("n_predict" if infill else "max_tokens"))
+    if limit is None or limit < 0:
+        limit = directives.content if directives.content is not None else DEFAULT_TOKENS
+    delay = directives.delay_ms if directives.delay_ms is not None else state.config.token_delay_ms
+    gen = _Gen(state, seq, flavour.name, limit, _stops(body.get("stop")), delay)
+    stream = body.get("stream") is True
+    state.log.write(f"request id={gen.id} model={model} stream={'true' if stream else 'false'} seq={seq}")
+    state.stats.prompt_tokens += prompt_tokens
+    state.stats.begin()
+    try:
+        if directives.ttft_ms:
+            await asyncio.sleep(directives.ttft_ms / 1000)
+        if infill:
+            return await _infill(request, flavour, body, gen, model, prompt_tokens, stream)
+        return await _completion(request, flavour, body, gen, model, prompt_tokens, stream)
+    except (asyncio.CancelledError, ConnectionResetError):
+        gen.cancelled()
+        raise
+    finally:
+        state.stats.end()
+
+
+def _head(flavour, gen: _Gen, model: str, created: int) -> dict:
+    head: dict = {"id": gen.id, "object": "text_completion", "created": created, "model": model}
+    if flavour.name == "llamacpp":
+        head["system_fingerprint"] = "b0-unknown"
+    elif flavour.name == "ollama":
+        head["system_fingerprint"] = "fp_ollama"
+    return head
+
+
+def _choice(flavour, text: str, finish: str | None, stop_reason: Any = None) -> dict:
+    choice: dict = {"text": text, "index": 0, "finish_reason": finish}
+    if flavour.name in ("vllm", "llamacpp"):
+        choice["logprobs"] = None
+    if flavour.name == "vllm":
+        choice["stop_reason"] = stop_reason
+    return choice
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def _completion(request, flavour, body: dict, gen: _Gen, model: str, prompt_tokens: int,
+                      stream: bool) -> web.StreamResponse:
+    head = _head(flavour, gen, model, int(time.time()))
+    if not stream:
+        async for _ in gen.pieces():
+            pass
+        doc = {**head, "choices": [_choice(flavour, gen.text, gen.finish, gen.stopped_by)],
+               "usage": _usage(prompt_tokens, gen.sent)}
+        gen.completed()
+        return web.Response(body=_encode(doc), content_type="application/json")
+    opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+    include_usage = opts.get("include_usage") is True
+    continuous = flavour.name == "vllm" and include_usage and opts.get("continuous_usage_stats") is True
+    resp = web.StreamResponse(headers={"Content-Type": flavour.stream_content_type})
+    await resp.prepare(request)
+    async for piece in gen.pieces():
+        chunk = {**head, "choices": [_choice(flavour, piece, None)]}
+        if continuous:
+            chunk["usage"] = _usage(prompt_tokens, gen.sent)
+        await resp.write(_sse(chunk))
+    last = {**head, "choices": [_choice(flavour, "", gen.finish, gen.stopped_by)]}
+    if continuous:
+        last["usage"] = _usage(prompt_tokens, gen.sent)
+    await resp.write(_sse(last))
+    if include_usage:
+        usage_chunk = {**head, "choices": [], "usage": _usage(prompt_tokens, gen.sent)}
+        if flavour.name == "llamacpp":
+            usage_chunk["timings"] = _timings(prompt_tokens, gen.sent)
+        await resp.write(_sse(usage_chunk))
+    gen.completed()
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def _infill_final(gen: _Gen, model: str, prompt_tokens: int, content: str) -> dict:
+    stop_type = "word" if gen.stopped_by is not None else ("limit" if gen.finish == "length" else "eos")
+    return {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": model,
+            "tokens_predicted": gen.sent, "tokens_evaluated": prompt_tokens, "has_new_line": False,
+            "truncated": False, "stop_type": stop_type, "stopping_word": gen.stopped_by or "",
+            "tokens_cached": prompt_tokens + gen.sent, "timings": _timings(prompt_tokens, gen.sent)}
+
+
+async def _infill(request, flavour, body: dict, gen: _Gen, model: str, prompt_tokens: int,
+                  stream: bool) -> web.StreamResponse:
+    if not stream:
+        async for _ in gen.pieces():
+            pass
+        doc = _infill_final(gen, model, prompt_tokens, gen.text)
+        gen.completed()
+        return web.Response(body=_encode(doc), content_type="application/json")
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    async for piece in gen.pieces():
+        await resp.write(_sse({"index": 0, "content": piece, "tokens": [], "stop": False, "id_slot": 0,
+                               "tokens_predicted": gen.sent, "tokens_evaluated": prompt_tokens}))
+    gen.completed()
+    await resp.write(_sse(_infill_final(gen, model, prompt_tokens, "")))
+    await resp.write_eof()
+    return resp

@@ -1,0 +1,157 @@
+"""No generation outlives its client on the real vLLM, judged by vLLM's own evidence: its running
+gauge (`vllm:num_requests_running` on /metrics) and its log ("Aborted request(s) ..." with
+--enable-log-requests). A stream cut mid-generation in each dialect, a plain request whose client
+leaves while vLLM generates, and one that leaves while queued in the gateway (both slots held):
+that one never reaches vLLM. And the dashboard's "backend running" figure is vLLM's own.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from rawhttp import _request_bytes, post_and_vanish
+from stubproc import wait_for
+from support.vllm_script import directive
+from vllmproc import SLOTS
+
+pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.timeout(900)]
+
+MODEL = "gemma"
+LONG = "Tell me a story. " + directive("long")  # never ends by itself: runs to max_tokens
+
+
+def _body(dialect: str, stream: bool, max_tokens: int = 800, prompt: str = LONG) -> tuple[str, dict]:
+    msgs = [{"role": "user", "content": prompt}]
+    if dialect == "openai":
+        return "/llm/v1/chat/completions", {"model": MODEL, "max_tokens": max_tokens, "stream": stream, "messages": msgs}
+    if dialect == "anthropic":
+        return "/llm/v1/messages", {"model": MODEL, "max_tokens": max_tokens, "stream": stream, "messages": msgs}
+    if dialect == "responses":
+        return "/llm/v1/responses", {"model": MODEL, "max_output_tokens": max_tokens, "stream": stream,
+                                     "input": prompt, "store": False}
+    if dialect == "gemini":
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/llm/v1beta/models/{MODEL}:{method}", {"contents": [{"role": "user", "parts": [{"text": prompt}]}],
+                                                        "generationConfig": {"maxOutputTokens": max_tokens}}
+    return "/api/chat", {"model": MODEL, "stream": stream, "messages": msgs, "options": {"num_predict": max_tokens}}
+
+
+class Holder:
+    """A long stream through the gateway, read on a thread until closed: it holds one slot."""
+
+    def __init__(self, gw, dialect: str = "openai") -> None:
+        path, body = _body(dialect, True)
+        addr, req = _request_bytes(gw.url + path, body)
+        self.sock = socket.create_connection(addr, timeout=120)
+        self.sock.sendall(req)
+        self.bytes = 0
+        self.first = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.first.wait(120), "the stream did not start"
+
+    def _read(self) -> None:
+        try:
+            while got := self.sock.recv(65536):
+                self.bytes += len(got)
+                if self.bytes > 600:  # past the headers and the opening frames: tokens flow
+                    self.first.set()
+        except OSError:
+            return
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _aborted_within(vllm, before: int, n: int, running: int, budget: float = 3.0) -> float:
+    """Seconds until vLLM logged `n` more aborts and runs `running` requests; fails after `budget`."""
+    t0 = time.monotonic()
+    while True:
+        got, now = len(vllm.aborted()) - before, vllm.running()
+        if got == n and now == running:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > budget:
+            raise AssertionError(f"{budget:g} s after the client left, vLLM logged {got} aborts (expected {n}) "
+                                 f"and runs {now} (expected {running}):\n{vllm.log_text()[-2000:]}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini", "ollama"])
+def test_a_stream_cut_mid_generation_is_aborted_in_vllm(vllm_gw, idle_vllm, dialect):
+    vllm = idle_vllm
+    before, gen0 = len(vllm.aborted()), vllm.metrics().get("vllm:generation_tokens_total", 0)
+    path, body = _body(dialect, True)
+    post_and_vanish(vllm_gw.url + path, body, after_bytes=1500)
+    took = _aborted_within(vllm, before, 1, running=0)
+    assert vllm.metrics().get("vllm:generation_tokens_total", 0) - gen0 < 800  # it did not run to the end
+    wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
+    rec = wait_for(lambda: [r for r in vllm_gw.access_log() if r.get("outcome", "").startswith("cancelled")], 5)
+    assert rec[-1]["outcome"] == "cancelled_streaming"
+    print(f"{dialect}: vLLM aborted {took:.2f} s after the client left")
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "gemini"])
+def test_a_plain_request_whose_client_leaves_is_aborted_in_vllm(vllm_gw, idle_vllm, dialect):
+    vllm = idle_vllm
+    before = len(vllm.aborted())
+    path, body = _body(dialect, False)
+    addr, req = _request_bytes(vllm_gw.url + path, body)
+    sock = socket.create_connection(addr, timeout=120)
+    sock.sendall(req)
+    wait_for(lambda: vllm.running() == 1, timeout=60, interval=0.05)  # vLLM is generating it
+    sock.close()
+    _aborted_within(vllm, before, 1, running=0)
+    wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
+
+
+def test_a_request_whose_client_leaves_while_queued_never_reaches_vllm(vllm_gw, idle_vllm):
+    vllm = idle_vllm
+    before = len(vllm.aborted())
+    received = vllm.log_text().count("Received request")
+    holders = [Holder(vllm_gw) for _ in range(SLOTS)]
+    try:
+        wait_for(lambda: vllm.running() == SLOTS, timeout=30, interval=0.05)
+        for i, dialect in enumerate(["openai", "anthropic", "responses", "gemini", "ollama"]):
+            path, body = _body(dialect, stream=bool(i % 2), max_tokens=50)
+            post_and_vanish(vllm_gw.url + path, body, after_s=0.3)
+            wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["queued"] == 0, timeout=5)
+            m = vllm.metrics()
+            assert (m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]) == (SLOTS, 0), m
+        # vLLM received the two holders' requests and nothing else
+        assert vllm.log_text().count("Received request") == received + SLOTS
+        assert len(vllm.aborted()) == before
+    finally:
+        for h in holders:
+            h.close()
+    _aborted_within(vllm, before, SLOTS, running=0)
+    queued = [r for r in vllm_gw.access_log() if r.get("outcome") == "cancelled_queued"]
+    assert len(queued) >= 5
+
+
+def test_the_dashboards_backend_running_figure_is_vllms_own(vllm_gw, idle_vllm):
+    vllm = idle_vllm
+
+    def figure():
+        return vllm_gw.admin()["backends"]["vllm"]["upstream_running"]  # what the dashboard shows
+
+    wait_for(lambda: figure() == 0, timeout=10, interval=0.1)
+    holders = []
+    try:
+        for n in range(1, SLOTS + 1):
+            holders.append(Holder(vllm_gw, "anthropic" if n % 2 else "openai"))
+            wait_for(lambda: vllm.running() == n, timeout=30, interval=0.05)
+            wait_for(lambda: figure() == n, timeout=10, interval=0.1)
+            assert vllm.running() == n == figure()
+            assert vllm_gw.admin()["backends"]["vllm"]["slot_mismatch"] == 0
+    finally:
+        for h in holders:
+            h.close()
+    wait_for(lambda: vllm.running() == 0, timeout=10, interval=0.05)
+    wait_for(lambda: figure() == 0, timeout=10, interval=0.1)

@@ -1,0 +1,215 @@
+"""The fleet (lifecycle/fleet.py) without processes: a scripted spawner and prober in place of
+process.Child and probe.Prober, real slot pools, real policy. Starts on demand, waiting through a
+load, a failed start's 503 and back-off, a bug of the gateway's own in a start, a crash while
+serving, a swap that never stops a backend under a held slot, and illegal moves refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from homelab_frontend import config as cfgmod
+from homelab_frontend.admission.slots import SlotPool
+from homelab_frontend.errors import GatewayError
+from homelab_frontend.lifecycle.fleet import Fleet
+from homelab_frontend.lifecycle.machine import Event, IllegalMove
+from homelab_frontend.lifecycle.policy import HOLDING, State
+
+
+class FakeChild:
+    pids = iter(range(1000, 100000))
+
+    def __init__(self, exit_at_start: int | None = None) -> None:
+        self.pid = next(self.pids)
+        self.exited: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.stops = 0
+        if exit_at_start is not None:
+            self.exited.set_result(exit_at_start)
+
+    @property
+    def running(self) -> bool:
+        return not self.exited.done()
+
+    def die(self, status: int = -9) -> None:
+        if not self.exited.done():
+            self.exited.set_result(status)
+
+    async def stop(self, timeout_s: float) -> int:
+        self.stops += 1
+        self.die(0)
+        return 0
+
+    def kill(self) -> None:
+        self.die(-9)
+
+    def close_pipe(self) -> None:
+        pass
+
+
+class Spawner:
+    def __init__(self) -> None:
+        self.children: dict[str, list[FakeChild]] = {}
+        self.exit_at_start: int | None = None
+        self.bug: Exception | None = None
+
+    def __call__(self, argv, env, cwd, ring):
+        if self.bug is not None:
+            raise self.bug
+        child = FakeChild(self.exit_at_start)
+        self.children.setdefault(argv[0], []).append(child)
+        return child
+
+    def live(self) -> list[str]:
+        return [n for n, cs in self.children.items() if any(c.running for c in cs)]
+
+
+class Prober:
+    def __init__(self) -> None:
+        self.delay = 0.05
+
+    async def ready(self, cfg) -> bool:
+        await asyncio.sleep(self.delay)
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+def config(*names: str, gpu: float = 1.0, **run) -> cfgmod.Config:
+    backends = {n: {"url": f"http://127.0.0.1:9/{n}/v1", "slots": 1, "queue": {"depth": 8, "timeout_s": 5},
+                    "run": {"cmd": [n], "uses": {"gpu": 1}, "start_timeout_s": 5, "backoff_s": 2, **run}}
+                for n in names}
+    return cfgmod.parse({"backends": backends, "models": {n: {"backend": n} for n in names},
+                         "resources": {"gpu": gpu}, "lifecycle": {"swap_after_s": 0.2}})
+
+
+class Rec:
+    def __init__(self, rid: str) -> None:
+        self.id, self.phase, self.load_wait = rid, "queued", 0.0
+
+    def cancel(self, reason, message=""):
+        return False
+
+
+async def fleet_of(*names: str, **kw):
+    spawner, prober = Spawner(), Prober()
+    fleet = Fleet(spawner=spawner, prober=prober)
+    cfg = config(*names, **kw)
+    fleet.configure(cfg)
+    pools = {}
+    for n in names:
+        b = cfg.backends[n]
+        pools[n] = SlotPool(n, b.slots, b.queue.depth, b.queue.timeout_s)
+        fleet.attach(n, pools[n])
+    fleet.start()
+    return fleet, spawner, prober, pools
+
+
+def test_a_request_starts_its_backend_waits_through_the_load_then_holds_a_slot():
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        prober.delay = 0.3
+        rec = Rec("r1")
+        lease = await asyncio.wait_for(pools["a"].acquire("k", 0, rec), 5)
+        u = fleet.units["a"]
+        assert u.state is State.READY and spawner.live() == ["a"] and lease.holder is rec
+        assert rec.load_wait >= 0.25 and fleet.load_wait_s["a"] >= 0.25
+        pools["a"].release(lease, 0.1)
+        await fleet.close()
+        assert spawner.live() == [] and u.state is State.STOPPED
+    asyncio.run(go())
+
+
+def test_a_failed_start_answers_its_waiters_and_backs_off():
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        spawner.exit_at_start = 1
+        with pytest.raises(GatewayError) as ei:
+            await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        assert ei.value.status == 503 and "failed to start" in ei.value.message
+        assert fleet.units["a"].state is State.FAILED
+        with pytest.raises(GatewayError) as again:  # the back-off: refused at once, not queued
+            await pools["a"].acquire()
+        assert again.value.retry_after >= 1 and pools["a"].queued == 0
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_a_bug_in_the_start_path_is_the_gateways_own_error(caplog):
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        spawner.bug = KeyError("oops")
+        with caplog.at_level(logging.ERROR, logger="homelab_frontend.lifecycle"):
+            with pytest.raises(GatewayError) as ei:
+                await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        assert "internal error" in ei.value.message and "KeyError" in ei.value.message
+        assert fleet.starts[("a", "error")] == 1
+        assert any("internal error while starting backend a" in r.getMessage() and r.exc_info
+                   for r in caplog.records)
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_a_crash_while_ready_is_noticed_and_the_next_request_starts_it_again():
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        pools["a"].release(await asyncio.wait_for(pools["a"].acquire(), 5))
+        first = spawner.children["a"][0]
+        first.die(-9)
+        for _ in range(100):
+            if fleet.units["a"].state is State.STOPPED:
+                break
+            await asyncio.sleep(0.01)
+        assert fleet.units["a"].state is State.STOPPED and "exited while ready" in fleet.units["a"].error
+        pools["a"].release(await asyncio.wait_for(pools["a"].acquire(), 5))
+        assert len(spawner.children["a"]) == 2 and spawner.children["a"][1].running
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_illegal_moves_raise():
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        u = fleet.units["a"]
+        with pytest.raises(IllegalMove):
+            u.advance(Event.UP)  # never started
+        assert u.state is State.STOPPED
+        await fleet.close()
+    asyncio.run(go())
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 3)), min_size=1, max_size=8))
+def test_two_backends_one_gpu_serve_everyone_never_both_running_never_stopped_under_a_slot(reqs):
+    """Requests for two backends that cannot run together: every request is served, at no moment
+    do both hold the GPU, and a backend is never stopped while one of its slots is held."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a", "b")
+        prober.delay = 0.01
+        violations: list[str] = []
+
+        def check():
+            holding = [n for n, u in fleet.units.items() if u.state in HOLDING]
+            if len(holding) > 1:
+                violations.append(f"both hold: {holding}")
+            for n, u in fleet.units.items():
+                if pools[n].in_use and u.state not in (State.READY, State.DRAINING):
+                    violations.append(f"{n} {u.state.value} with a slot held")
+            if len(spawner.live()) > 1:
+                violations.append(f"two processes: {spawner.live()}")
+
+        async def req(name, ticks):
+            lease = await pools[name].acquire()
+            for _ in range(ticks):
+                check()
+                await asyncio.sleep(0.005)
+            pools[name].release(lease, 0.01)
+
+        done = await asyncio.wait_for(asyncio.gather(*(req(n, t) for n, t in reqs)), 30)
+        assert len(done) == len(reqs) and not violations, violations
+        await fleet.close()
+    asyncio.run(go())
