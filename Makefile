@@ -42,11 +42,14 @@ test: $(VENV)/.test deps
 	$(PYTEST) -q $(PARALLEL) --durations=15 $(PYTEST_ARGS)
 
 # No `deps`: nothing outside the venv is needed. HLF_TEST_FAST makes a test that starts a real
-# server, a CLI or a browser without the `real` mark fail (tests/fastset.py); the surface fuzzers
-# send fewer requests (the full run sends 1100 per surface).
+# server, a CLI or a browser without the `real` mark fail (tests/fastset.py) and gives hypothesis
+# fewer examples where a test sets none; the surface fuzzers, the soak and the scaled property
+# tests do less of the same work (the full run: 1100 requests per surface, 1000 soak requests).
+FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOAK_REQUESTS=$${HLF_SOAK_REQUESTS:-300} \
+	HLF_HYPOTHESIS_SCALE=$${HLF_HYPOTHESIS_SCALE:-0.25}
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
-	HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} $(PYTEST) -q $(PARALLEL) -m 'not real' --durations=15 $(PYTEST_ARGS)
+	$(FAST_ENV) $(PYTEST) -q $(PARALLEL) -m 'not real' --durations=15 $(PYTEST_ARGS)
 
 bench: $(VENV)/.test
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -6,11 +6,12 @@ import os
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 import fastset
 import xdist_groups
 from gwproc import Gateway, config_for
-from stubproc import start_stub
+from stubproc import start_stub, wait_for
 
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 QWEN = "qwen2.5:3b-instruct"
@@ -57,10 +58,18 @@ def gateway(vllm_stub, ollama_stub):
 
 
 @pytest.fixture
-def stubs(vllm_stub, ollama_stub):
-    """Both stubs with fresh counters (and the vLLM stub's request record) for this test."""
+def stubs(vllm_stub, ollama_stub, request):
+    """Both stubs with fresh counters (and the vLLM stub's request record) for this test; and,
+    for a test on the shared gateway, both backends up there: a test before it (any module, in
+    whatever order a worker runs them) may have had a stub drop connections, which marks the
+    backend down until its re-probe."""
+    vllm_stub.fail()  # a failure mode a test left set
+    ollama_stub.fail()
     vllm_stub.reset()
     ollama_stub.reset()
+    if "gateway" in request.fixturenames:
+        gw = request.getfixturevalue("gateway")
+        wait_for(lambda: all(b["up"] for b in gw.admin()["backends"].values()), 30, 0.05)
     return vllm_stub, ollama_stub
 
 
@@ -84,6 +93,10 @@ def pytest_configure(config):
     config.pluginmanager.register(xdist_groups.NodeIdSuffix(), "hlf-group-suffix")
     if fastset.active():
         fastset.install()
+        config.pluginmanager.register(fastset.Guard(), "hlf-fast-guard")
+        # fewer examples for the property tests that set no count of their own
+        settings.register_profile("fast", max_examples=25)
+        settings.load_profile("fast")
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -27,11 +27,19 @@ def available() -> bool:
 
 class RedisServer:
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = tempfile.mkdtemp(prefix="hlf-redis-")
         self.proc: subprocess.Popen | None = None
-        self.start()
+        # a free port can be taken between the probe and redis-server's bind (the suite runs on
+        # several workers, beside other work): a port of our own choosing is tried again
+        for attempt in range(5):
+            self.port = port or free_port()
+            self.url = f"redis://127.0.0.1:{self.port}/0"
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                if port is not None or attempt == 4:
+                    raise
 
     def start(self) -> None:
         self.proc = subprocess.Popen(

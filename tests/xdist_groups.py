@@ -42,23 +42,39 @@ def assign(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group_of(item)))
 
 
+def split_scope(nodeid: str) -> str:
+    """The group in a test id: xdist's own form `path::name[params]@group`, or the form
+    suffix_nodeids writes, `path::name@group[params]`; an id without one is its own group."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):
+        return nodeid.rsplit("@", 1)[1]
+    head = nodeid.partition("[")[0]
+    last = head.rsplit("::", 1)[-1]
+    if "::" in head and "@" in last:
+        return last.rsplit("@", 1)[1]
+    return nodeid
+
+
 def suffix_nodeids(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a worker, after xdist's own hook: each test's id ends in `@group`, which is how the
-    controller's scheduler sees the group. xdist 3.8 writes `item._nodeid`, which pytest 9.2 no
-    longer reads (its nodeid is `item._id`), so the groups were silently ignored; done here for
-    the tests it missed."""
+    """On a worker, after xdist's own hook: each test's id carries its group, which is how the
+    controller's scheduler sees it. xdist 3.8 writes `item._nodeid`, which pytest 9.2 no longer
+    reads (its id is `item._id`, a parsed NodeId), so the groups were silently ignored: done here
+    for the tests it missed, as `path::name@group[params]`, a form pytest's NodeId parses back to
+    the same string (`...[params]@group` comes back with a `]` added at its end)."""
     if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
         return
     for item in items:
-        want = f"{item.nodeid}@{group_of(item)}"
-        if item.nodeid.rfind("@") > item.nodeid.rfind("]"):
+        nodeid = item.nodeid
+        if split_scope(nodeid) != nodeid:
             continue  # xdist did it
+        group = group_of(item)
+        bracket = nodeid.find("[", nodeid.rfind("::"))
+        want = f"{nodeid}@{group}" if bracket < 0 else f"{nodeid[:bracket]}@{group}{nodeid[bracket:]}"
         item._nodeid = want
         if item.nodeid != want:
             from _pytest.nodeid import coerce_node_id
 
             item._id = coerce_node_id(want)
-        assert item.nodeid == want, (item.nodeid, want)
+        assert item.nodeid == want and split_scope(want) == group, (item.nodeid, want)
 
 
 class NodeIdSuffix:
@@ -70,10 +86,14 @@ class NodeIdSuffix:
 def make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadGroupScheduling
 
-    seconds: dict[str, float] = config.cache.get(CACHE_KEY, {}) if config.cache else {}
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
+    seconds: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
 
     class SlowestFirst(LoadGroupScheduling):
         _ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return split_scope(nodeid)
 
         def _assign_work_unit(self, node) -> None:
             # the first assignment comes after the work queue is filled: order it once, then
@@ -95,12 +115,13 @@ class GroupClock:
         self.seconds: dict[str, float] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        nodeid = report.nodeid
-        group = nodeid.rsplit("@", 1)[1] if nodeid.rfind("@") > nodeid.rfind("]") else nodeid.split("::", 1)[0]
+        group = split_scope(report.nodeid)
+        if group == report.nodeid:
+            group = report.nodeid.split("::", 1)[0]
         self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.seconds and self.config.cache is not None:
+        if self.seconds and getattr(self.config, "cache", None) is not None:
             known = self.config.cache.get(CACHE_KEY, {})
             known.update({g: round(s, 2) for g, s in self.seconds.items()})
             self.config.cache.set(CACHE_KEY, known)

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -33,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from gwproc import Gateway, config_for
-from rawhttp import post_raw
+from rawhttp import _request_bytes, post_raw
 from recording_proxy import RecordingProxy
 from support.merging_relay import MergingRelay
 from stubproc import start_stub, wait_for
@@ -210,11 +211,24 @@ def test_a_busy_gateway_tells_gemini_when_to_come_back(gemini_cli, stack, tmp_pa
     cfg = config_for({"gpu0": {"url": vllm.base, "kind": "vllm", "slots": 1, "queue": {"depth": 0}}},
                      {"reasoning": {"backend": "gpu0", "upstream_model": R1}}, aliases={"gemini-*": "reasoning"})
     with Gateway(cfg) as gw, RecordingProxy(gw.url) as proxy:
-        holder = threading.Thread(target=post_raw, args=(
-            gw.llm + "/v1beta/models/reasoning:generateContent",
-            {"contents": [{"parts": [{"text": "[stub reasoning=0 content=2 ttft_ms=25000]"}]}]}), kwargs={"timeout": 60})
-        holder.start()
+        # the other client holds the slot (its first token would take two minutes) until Gemini
+        # CLI has been told to come back, then leaves: the slot is free for the retry, which
+        # so waits on that evidence, not on a fixed hold running out
+        addr, req = _request_bytes(gw.llm + "/v1beta/models/reasoning:generateContent",
+                                   {"contents": [{"parts": [{"text": "[stub reasoning=0 content=2 ttft_ms=120000]"}]}]})
+        other = socket.create_connection(addr, timeout=150)
+        other.sendall(req)
         wait_for(lambda: gw.admin()["backends"]["gpu0"]["in_use"] == 1, 10)
+
+        def leave_once_told() -> None:
+            try:
+                wait_for(lambda: any(x.status == 429 for x in proxy.exchanges), 120, 0.05)
+            finally:
+                other.shutdown(socket.SHUT_RDWR)
+                other.close()
+
+        holder = threading.Thread(target=leave_once_told)
+        holder.start()
         gemini_home(tmp_path)
         done, seconds = run_gemini(gemini_cli, tmp_path, proxy.url + "/llm", "-m", "gemini-2.5-pro", "-p",
                                    "Say hi. [stub reasoning=0 content=4]")

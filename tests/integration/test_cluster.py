@@ -138,7 +138,10 @@ def test_a_fresh_cluster_grants_after_the_discovery_window_not_a_whole_lease(stu
 def test_replicas_share_the_slots_and_the_backend_never_sees_more(stub, redis_server):
     stub.reset()
     with ExitStack() as stack:
-        gws = _start(stack, stub, 2.0, a=redis_server.url, b=redis_server.url, c=redis_server.url)
+        # lease_s 8: the replicas' Redis calls may take up to 1 s (lease_s / 4, capped) before a
+        # request is refused as "Redis unreachable"; at 2 s (0.5 s calls) a loaded machine got
+        # that 429 while Redis was up. No replica dies here, so the lease length is not tested.
+        gws = _start(stack, stub, 8.0, a=redis_server.url, b=redis_server.url, c=redis_server.url)
         order = list(gws.values())
         seen: set[tuple[str, str]] = set()  # (replica, request) pairs the admin view showed
         counts: list[int] = []

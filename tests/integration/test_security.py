@@ -117,6 +117,64 @@ def admin_requests(g: Gateway) -> dict:
 # -- keys ------------------------------------------------------------------------------------
 
 
+# (shape, method, path, body): every surface but Gemini's, and the gateway's own endpoints
+# (GET /llm/v1/models is Gemini's for a request with ?key=: Google's clients list models there)
+NOT_GEMINI = [
+    *[(d, m, p, b) for d, m, p, b in ENDPOINTS if (m, p) != ("GET", "/llm/v1/models")],
+    ("openai", "POST", "/v1/chat/completions", {"model": "m1", "max_tokens": 5, "messages": HI}),
+    ("responses", "POST", "/llm/v1/responses", {"model": "m1", "max_output_tokens": 5, "input": "hi"}),
+    ("ollama", "POST", "/api/chat", {"model": "m1", "messages": HI, "stream": False}),
+    ("ollama", "GET", "/api/tags", None),
+    ("ollama", "POST", "/llm/api/generate", {"model": "m1", "prompt": "hi", "stream": False}),
+    ("openai", "GET", "/llm/v1/usage", None),
+    ("admin", "GET", "/admin/requests", None),
+    ("admin", "GET", "/metrics", None),
+]
+
+
+@pytest.mark.parametrize("shape, method, path, body", NOT_GEMINI, ids=[f"{m} {p}" for _, m, p, _ in NOT_GEMINI])
+def test_a_key_in_the_url_is_refused_off_the_gemini_routes(gw, shape, method, path, body):
+    """`?key=` is Google's clients' way, and only the Gemini routes take it: a URL ends up in
+    proxy logs and shell history. Elsewhere a valid key there is no key, and the 401 comes in the
+    surface's own shape; the key is written nowhere."""
+    key = ADMIN if shape == "admin" else ALICE
+    status, _, raw = call(gw, method, f"{path}?key={key}", body)
+    assert status == 401, (path, raw)
+    doc = json.loads(raw)
+    if shape == "ollama":
+        assert set(doc) == {"error"} and "?key=" in doc["error"], doc
+    elif shape == "admin":
+        assert doc["error"]["type"] == "authentication_error", doc
+    else:
+        err = assert_error("anthropic" if shape == "anthropic" else "openai", status, raw, 401, "authentication_error")
+        if path != "/llm/v1/usage":
+            assert "?key=" in err["message"] and "Gemini" in err["message"], err
+    assert key.encode() not in raw
+    # the same key in a header is let in, so the 401 above was the URL's doing
+    status, _, raw = call(gw, method, path, body, {"authorization": f"Bearer {key}"})
+    assert status == 200, (path, raw)
+    assert key not in gw.stderr()
+
+
+def test_the_gemini_routes_take_a_key_in_the_url_and_log_it_nowhere(gw):
+    body = {"contents": [{"parts": [{"text": "hi"}]}]}
+    for path in ("/llm/v1beta/models/m1:generateContent", "/llm/v1/models/m1:generateContent"):
+        status, _, raw = call(gw, "POST", f"{path}?key={ALICE}", body)
+        assert status == 200, raw
+        status, _, raw = call(gw, "POST", f"{path}?key={WRONG}", body)
+        assert status == 401 and json.loads(raw)["error"]["status"] == "UNAUTHENTICATED", raw
+    # GET /llm/v1/models: a ?key= makes it Google's list, and the key is taken
+    status, _, raw = call(gw, "GET", f"/llm/v1/models?key={ALICE}")
+    assert status == 200 and "models" in json.loads(raw), raw
+    status, _, raw = call(gw, "GET", "/llm/v1beta/models", None, {"x-goog-api-key": ALICE})
+    assert status == 200, raw
+    log = gw.stderr()
+    assert ALICE not in log and WRONG not in log
+    lines = [r for r in gw.access_log() if r.get("dialect") == "gemini"]
+    assert lines and all("key=" not in json.dumps(r) for r in lines)
+    assert {r["key"] for r in lines if r["status"] == 200} == {"alice"}  # its name, never the key
+
+
 def test_sdks_authenticate_with_either_header_form(gw, keyed_stub):
     a = anthropic.Anthropic(base_url=gw.llm, api_key=ALICE, max_retries=0)  # x-api-key
     assert a.messages.create(model="m1", max_tokens=5, messages=HI).content[0].text

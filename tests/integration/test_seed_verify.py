@@ -1,8 +1,10 @@
 """The seeds' Verify commands (tasks 2.11 and 2.12), run literally with curl against `demo`.
 
 The demo is started exactly as a user would (`homelab-frontend demo`), on a free port instead of
-8080 so the suite can run beside a real gateway; the commands are the seeds' own, with only that
-port substituted.
+8080 so the suite can run beside a real gateway, and with its stub logs in a directory of this
+run's own (HLF_DEMO_LOG_DIR) instead of /tmp, so that another run on the machine cannot truncate
+or add to the log it counts; the commands are the seeds' own, with only the port and that
+directory substituted.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -22,15 +26,18 @@ from stubproc import free_port, wait_for
 
 # No skip when curl is missing: the Verify commands are curl commands (.ci/deps/curl.sh installs it).
 
-LOG = "/tmp/stub-reasoning.log"
+LOG_DIR = ""  # the demo's own log directory, made by the fixture
 
 
 @pytest.fixture(scope="module")
 def demo():
+    global LOG_DIR
+    LOG_DIR = tempfile.mkdtemp(prefix="hlf-demo-logs-")
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "homelab_frontend", "demo", "--port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "HLF_DEMO_LOG_DIR": LOG_DIR},
     )
     try:
         assert wait_listening(proc, 20), "the demo did not start"
@@ -43,10 +50,11 @@ def demo():
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         proc.stdout.close()
+        shutil.rmtree(LOG_DIR, ignore_errors=True)
 
 
 def sh(cmd: str, port: int) -> str:
-    cmd = cmd.replace("localhost:8080", f"localhost:{port}")
+    cmd = cmd.replace("localhost:8080", f"localhost:{port}").replace("/tmp/stub-", f"{LOG_DIR}/stub-")
     return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60).stdout
 
 

@@ -152,3 +152,37 @@ def test_a_failed_request_is_an_error_span(stub, receiver):
     root = spans["chat m"]
     assert root.status.code == root.status.STATUS_CODE_ERROR
     assert _attrs(root)["error.type"].startswith("error_")
+
+
+# one streamed request per streaming surface: (path, body), each with 5 tokens of content
+STREAMS = {
+    "openai": ("/llm/v1/chat/completions", {"model": "m", "stream": True, "max_tokens": 20,
+                                            "messages": [{"role": "user", "content": "[stub content=5] hi"}]}),
+    "anthropic": ("/llm/v1/messages", {"model": "m", "stream": True, "max_tokens": 20,
+                                       "messages": [{"role": "user", "content": "[stub content=5] hi"}]}),
+    "responses": ("/llm/v1/responses", {"model": "m", "stream": True, "max_output_tokens": 20, "store": False,
+                                        "input": "[stub content=5] hi"}),
+    "gemini": ("/llm/v1beta/models/m:streamGenerateContent?alt=sse",
+               {"contents": [{"role": "user", "parts": [{"text": "[stub content=5] hi"}]}]}),
+    "ollama": ("/api/chat", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "[stub content=5] hi"}]}),
+}
+
+
+@pytest.mark.parametrize("dialect", sorted(STREAMS))
+def test_every_streaming_surface_times_its_first_token(stub, receiver, dialect):
+    """The first-token child (the upstream call's start -> the first token written) on every
+    surface that streams, not only the OpenAI one, inside the upstream span it belongs to."""
+    path, body = STREAMS[dialect]
+    trace_id = f"{abs(hash(dialect)) % (1 << 64):016x}" * 2
+    with _gateway(stub, receiver, sample=1.0) as g:
+        status, _, raw = post_raw(g.url + path, body, {"traceparent": f"00-{trace_id}-{CLIENT_SPAN}-01"})
+        assert status == 200, raw
+        spans = wait_for(lambda: (t := receiver.trace(trace_id)) and "upstream" in t and t, 15)
+        wait_for(lambda: "first token" in (spans := receiver.trace(trace_id)), 5)
+        spans = receiver.trace(trace_id)
+    root = next(s for s in spans.values() if s.parent_span_id.hex() == CLIENT_SPAN)
+    upstream, first = spans["upstream"], spans["first token"]
+    assert _attrs(root)["homelab.dialect"] == dialect and _attrs(root)["homelab.stream"] is True
+    assert first.parent_span_id == upstream.span_id and upstream.parent_span_id == root.span_id
+    assert upstream.start_time_unix_nano <= first.start_time_unix_nano <= first.end_time_unix_nano \
+        <= upstream.end_time_unix_nano

@@ -5,6 +5,9 @@
 - `qwen2.5:3b-instruct` on an Ollama-flavoured stub;
 - Claude Code's and Gemini CLI's model names aliased onto them.
 Tokens come every 20 ms; a prompt of `long` keeps generating for several seconds. Ctrl-C stops all.
+
+Only glue (processes started and stopped): tests/integration/test_seed_verify.py runs it as a
+user would (tests/support/unit_coverage.py's GLUE).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import sys
 import tempfile
 import time
 
-REASONING_LOG = "/tmp/stub-reasoning.log"
-OLLAMA_LOG = "/tmp/stub-ollama.log"
+# /tmp, as the seed's Verify commands read it; HLF_DEMO_LOG_DIR moves both logs (the test suite
+# gives each run its own directory, so that two runs on one machine do not count each other's)
+LOG_DIR = os.environ.get("HLF_DEMO_LOG_DIR") or "/tmp"
+REASONING_LOG = os.path.join(LOG_DIR, "stub-reasoning.log")
+OLLAMA_LOG = os.path.join(LOG_DIR, "stub-ollama.log")
 
 CONFIG = """\
 # Written by `homelab-frontend demo`; edit and send SIGHUP to the gateway to reload.

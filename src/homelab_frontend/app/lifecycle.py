@@ -65,7 +65,8 @@ def surface(dialect: str, fn: Handler):
             if gw.draining:
                 raise GatewayError("overloaded", "the gateway is shutting down", status=503, retry_after=5)
             limits.check_headers(request, gw.cfg.limits)
-            t.key_name = gw.auth.authenticate(request).name or None  # 401 before the body is read
+            # 401 before the body is read; a key in the URL only where Google's clients put it
+            t.key_name = gw.auth.authenticate(request, query_key=dialect == "gemini").name or None
             resp = await fn(request, gw, t)
             t.status = resp.status
             return resp

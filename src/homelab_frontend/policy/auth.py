@@ -55,9 +55,11 @@ class _Key:
         self.principal = Principal(cfg.name, cfg.priority)
 
 
-def _presented(request: web.Request) -> str | None:
+def _presented(request: web.Request, *, query_key: bool = False) -> str | None:
     """The key as the client sent it: `x-api-key` (Anthropic), `Authorization: Bearer` (OpenAI),
-    `x-goog-api-key` or the `key` query parameter (Google's clients)."""
+    `x-goog-api-key`, and on the Gemini routes alone (`query_key`) the `key` query parameter,
+    which Google's clients send. Anywhere else a key in the URL is not taken: URLs end up in proxy
+    logs, shell and browser history, and no other dialect's clients put one there."""
     for name in ("x-api-key", "x-goog-api-key"):
         key = request.headers.get(name)
         if key and key.strip():
@@ -66,9 +68,10 @@ def _presented(request: web.Request) -> str | None:
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    key = request.query.get("key")
-    if key and key.strip():
-        return key.strip()
+    if query_key:
+        key = request.query.get("key")
+        if key and key.strip():
+            return key.strip()
     return None
 
 
@@ -112,19 +115,24 @@ class Auth:
                 found = k
         return found
 
-    def authenticate(self, request: web.Request) -> Principal:
-        """The caller's identity, or 401. Remembered on the request for `admit`."""
+    def authenticate(self, request: web.Request, *, query_key: bool = False) -> Principal:
+        """The caller's identity, or 401. Remembered on the request for `admit`. `query_key`:
+        a `?key=` counts (the Gemini routes only)."""
         if not self.keys:
             return ANONYMOUS
         known = request.get(_PRINCIPAL)
         if known is not None:
             return known.principal
-        presented = _presented(request)
+        presented = _presented(request, query_key=query_key)
         if presented is None:
-            raise GatewayError(
-                "authentication",
-                "missing API key: send it as x-api-key, Authorization: Bearer, x-goog-api-key or ?key=",
-            )
+            if query_key:
+                how = "send it as x-goog-api-key, x-api-key, Authorization: Bearer or ?key="
+            elif "key" in request.query:
+                how = ("a key in the URL (?key=) is taken only on the Gemini API's routes: "
+                       "send it as x-api-key or Authorization: Bearer")
+            else:
+                how = "send it as x-api-key or Authorization: Bearer"
+            raise GatewayError("authentication", f"missing API key: {how}")
         key = self._match(presented)
         if key is None:
             raise GatewayError("authentication", "invalid API key")

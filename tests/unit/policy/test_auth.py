@@ -54,10 +54,26 @@ def test_googles_forms_header_and_query_parameter():
     auth = _auth()
     assert auth.authenticate(_req(**{"x-goog-api-key": "alice-secret"})).name == "alice"
     by_query = make_mocked_request("POST", "/llm/v1beta/models/m:generateContent?key=bob-secret&alt=sse")
-    assert auth.authenticate(by_query).name == "bob"
+    assert auth.authenticate(by_query, query_key=True).name == "bob"
     with pytest.raises(GatewayError) as e:
-        auth.authenticate(make_mocked_request("GET", "/llm/v1beta/models?key=wrong"))
+        auth.authenticate(make_mocked_request("GET", "/llm/v1beta/models?key=wrong"), query_key=True)
     assert e.value.kind == "authentication" and "invalid API key" in e.value.message
+
+
+@pytest.mark.parametrize("path", ["/llm/v1/messages?key=bob-secret", "/llm/v1/chat/completions?key=bob-secret",
+                                  "/api/chat?key=bob-secret", "/llm/v1/responses?beta=true&key=bob-secret"])
+def test_a_key_in_the_url_counts_only_where_asked_for(path):
+    """Only the Gemini routes pass query_key: elsewhere a valid key in the URL is no key at all,
+    and the 401 says where a key goes instead (never echoing it)."""
+    auth = _auth()
+    with pytest.raises(GatewayError) as e:
+        auth.authenticate(make_mocked_request("POST", path))
+    assert e.value.kind == "authentication"
+    assert "?key=" in e.value.message and "Gemini" in e.value.message and "bob-secret" not in e.value.message
+    assert not auth.is_admin(make_mocked_request("GET", "/admin/requests?key=root"))
+    assert not auth.may_read_metrics(make_mocked_request("GET", "/metrics?key=root"))
+    # a header key still works with a stray ?key= beside it
+    assert auth.authenticate(make_mocked_request("POST", path, headers={"x-api-key": "alice-secret"})).name == "alice"
 
 
 @pytest.mark.parametrize("headers, message", [
