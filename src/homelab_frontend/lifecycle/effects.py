@@ -64,6 +64,10 @@ class Effects:
             log.exception("lifecycle: internal error while starting backend %s", u.name)
             outcome, err = "error", (f"the gateway hit an internal error while starting it "
                                      f"({type(exc).__name__}: {exc}); see the gateway's log")
+            # the server may be running already: a failed unit holds nothing in the policy's
+            # eyes, so another backend may be started in its place; its process must go now
+            if u.child is not None and u.child.running:
+                u.last_exit = await u.child.stop(u.run.stop_timeout_s)
         finally:
             u.effect = None
         took = time.monotonic() - t0
