@@ -56,7 +56,7 @@ class Spawner:
         self.exit_at_start: int | None = None
         self.bug: Exception | None = None
 
-    def __call__(self, argv, env, cwd, ring):
+    async def __call__(self, argv, env, cwd, ring):
         if self.bug is not None:
             raise self.bug
         child = FakeChild(self.exit_at_start)
