@@ -36,6 +36,7 @@ from .logring import LogRing
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 SPAWN_TIMEOUT_S = 60.0  # the supervisor's own start: tens of ms; minutes only on a machine on its knees
 POLL_S = 0.1  # exit polling where pidfd_open is missing
+ABANDON_WAIT_S = 30.0  # a supervisor let go of kills its tree first (its grace for a SIGTERM: 5 s)
 
 
 def describe_status(code: int) -> str:
@@ -146,24 +147,30 @@ def _launch(argv: list[str], env: Mapping[str, str], cwd: str | None) -> _Launch
             sup.kill()
             raise RuntimeError(f"the process supervisor failed ({describe_status(sup.wait())})")
     except BaseException:
-        _abandon(sup, ctl_w, st_r, log_r)
+        for fd in (ctl_w, st_r, log_r):  # the control pipe's end: the supervisor kills the tree
+            os.close(fd)
+        try:
+            sup.wait(ABANDON_WAIT_S)
+        except subprocess.TimeoutExpired:  # a supervisor that does not even do that: the last resort
+            sup.kill()
+            sup.wait()
         raise
     return _Launched(sup, ctl_w, st_r, log_r, int(value), rest)
 
 
-def _abandon(sup: subprocess.Popen, *fds: int) -> None:
-    """Let go of a supervisor nobody will hold: its control pipe's end makes it kill the tree."""
-    for fd in fds:
-        os.close(fd)
-    if sup.poll() is None:
-        sup.kill()
-        sup.wait()
-
-
 def _abandon_launched(fut: "asyncio.Future[_Launched]") -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        got = fut.result()
-        _abandon(got.sup, got.ctl_w, got.st_r, got.log_r)
+    """Let go of what a cancelled `Child.start` launched: the end of its control pipe makes the
+    supervisor kill the tree (not a SIGKILL of the supervisor, which would leave the server's
+    own children to init); it is reaped in a thread."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    got = fut.result()
+    for fd in (got.ctl_w, got.st_r, got.log_r):
+        os.close(fd)
+    try:
+        asyncio.get_running_loop().run_in_executor(None, got.sup.wait)
+    except RuntimeError:  # the loop is shutting down: Popen reaps it at the next spawn, or at exit
+        pass
 
 
 class Child:

@@ -4,6 +4,7 @@ SIGTERM then SIGKILL, the parent-death signal, exit statuses, the log pipe."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -183,3 +184,35 @@ def test_a_missing_program_raises_at_the_fleets_spawn():
         except OSError as err:
             return err
     assert isinstance(run(go()), FileNotFoundError)
+
+
+def test_a_start_cancelled_while_the_supervisor_launches_leaves_no_server_behind():
+    """The launch goes on in its thread after the caller left (a fleet closed mid-start): what it
+    started is let go of, and its supervisor takes the whole tree down, the server's own child
+    included (a SIGKILL of the supervisor would leave that one to init). asyncio.run returns once
+    the launch's thread is done; from then on nothing with the test's marker may stay."""
+    marker = f"61.{time.time_ns() % 10**9}"
+
+    def ours() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        if marker.encode() in f.read():
+                            found.append(int(entry))
+                except OSError:
+                    pass
+        return [p for p in found if p != os.getpid() and _alive(p)]
+
+    async def go():
+        task = asyncio.create_task(Child.start(["sh", "-c", f"sleep {marker} & wait"], {}, None, LogRing()))
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled()
+    run(go())
+    deadline = time.monotonic() + 30
+    while left := ours():
+        assert time.monotonic() < deadline, f"the abandoned launch lives on: {left}"
+        time.sleep(0.05)
