@@ -188,6 +188,11 @@ class SqliteStore:
 
     def _start_thread(self) -> None:
         if self._dead:
+            old = self._thread
+            if old is not None:
+                # the dying writer is still failing what it had queued: a new entry or query put
+                # before it has finished would be drained (lost, or failed with the old error)
+                old.join(timeout=5)
             self.restarts += 1
             log.warning("usage ledger: starting the writer thread again (it died: %s)", self.failure)
         self._dead = False
