@@ -147,7 +147,12 @@ class Effects:
                 except Exception as exc:
                     u.log.mark(f"-- gateway: sleep failed: {exc}: stopping it instead")
             if child is not None:
-                u.last_exit = await child.stop(run.stop_timeout_s)
+                try:
+                    u.last_exit = await child.stop(run.stop_timeout_s)
+                except Exception:  # a bug of ours: the unit must not stay `stopping` for good
+                    log.exception("backend %r: the gateway's own error while stopping it; its tree is killed", u.name)
+                    u.log.mark("-- gateway: internal error while stopping: the whole tree is killed")
+                    child.kill()
             u.advance(Event.EXITED)
         finally:
             u.goal = u.goal.stopped() if u.state is State.STOPPED else u.goal.wanted()

@@ -174,6 +174,27 @@ def test_a_bug_after_the_spawn_stops_the_process_it_started():
     asyncio.run(go())
 
 
+def test_a_bug_while_stopping_kills_the_tree_and_the_unit_does_not_stay_stopping():
+    """A stop that raises (the gateway's own bug) must still end in `stopped`, the tree killed:
+    a unit left `stopping` is skipped by every later round and holds its GPU room for good."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a", idle_ttl_s=0.1)
+        pools["a"].release(await asyncio.wait_for(pools["a"].acquire(), 5))
+        child = spawner.children["a"][0]
+
+        async def broken(timeout_s):
+            raise RuntimeError("stop bug")
+        child.stop = broken
+        for _ in range(500):
+            if fleet.units["a"].state is State.STOPPED:
+                break
+            await asyncio.sleep(0.01)
+        assert fleet.units["a"].state is State.STOPPED
+        assert not child.running and child.exited.result() == -9
+        await fleet.close()
+    asyncio.run(go())
+
+
 def test_a_crash_while_ready_is_noticed_and_the_next_request_starts_it_again():
     async def go():
         fleet, spawner, prober, pools = await fleet_of("a")
