@@ -35,7 +35,7 @@ async def stream_events(
     gateway-side stop sequence fired. The batch holding the first generated token is yielded at
     once, without the rest of what arrived with it. `decoder`: a chat ChunkDecoder unless given
     (upstream/text_decode.py decodes legacy completions and llama.cpp's /infill alike)."""
-    decoder = decoder or ChunkDecoder()
+    decoder = ChunkDecoder() if decoder is None else decoder
     try:
         async for batch in ex.client.sse(upstream):
             ex.progress += 1
