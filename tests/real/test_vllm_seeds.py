@@ -209,16 +209,17 @@ def test_2_12_verify_commands(vllm_gw, idle_vllm):
 
     # the third: a client gone after a second; vLLM itself logs the abort (its --enable-log-requests)
     vllm = idle_vllm
-    aborted = len(vllm.aborted())
+    aborted, gen0 = len(vllm.aborted()), vllm.metrics().get("vllm:generation_tokens_total", 0)
     subprocess.run(["timeout", "1", "curl", "-N", "-s", vllm_gw.url + "/llm/v1/messages", "-H",
                     "content-type: application/json", "-d",
                     '{"model":"reasoning","max_tokens":512,"stream":true,"messages":[{"role":"user","content":"long"}]}'],
                    capture_output=True, timeout=30)
-    gone = time.monotonic()
-    wait_for(lambda: len(vllm.aborted()) == aborted + 1, timeout=10, interval=0.05)
-    wait_for(lambda: vllm.running() == 0, timeout=10, interval=0.05)
-    took = time.monotonic() - gone
-    assert took < 2.0, f"vLLM logged the abort {took:.2f} s after the client left"
+    wait_for(lambda: len(vllm.aborted()) == aborted + 1, timeout=30, interval=0.05)
+    wait_for(lambda: vllm.running() == 0, timeout=30, interval=0.05)
+    # "within a second", judged in vLLM's own tokens rather than wall seconds on a busy machine: a
+    # second of this stream is about a dozen tokens here; an orphan would have run to all 512
+    spent = vllm.metrics().get("vllm:generation_tokens_total", 0) - gen0
+    assert spent < 128, f"vLLM generated {spent:g} tokens for a client that left after a second"
     wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
 
 
@@ -235,10 +236,12 @@ def test_a_stream_cut_mid_generation_is_aborted_in_vllm(vllm_gw, idle_vllm):
     while buf.count(b"text_delta") < 3:
         buf += sock.recv(65536)
     assert vllm.running() == 1
+    gen0 = vllm.metrics().get("vllm:generation_tokens_total", 0)
     sock.close()
-    gone = time.monotonic()
-    wait_for(lambda: len(vllm.aborted()) == aborted + 1 and vllm.running() == 0, timeout=10, interval=0.05)
-    assert time.monotonic() - gone < 2.0
+    wait_for(lambda: len(vllm.aborted()) == aborted + 1 and vllm.running() == 0, timeout=30, interval=0.05)
+    # "immediately", in vLLM's own tokens after the close (a few at most; an orphan runs to 500)
+    spent = vllm.metrics().get("vllm:generation_tokens_total", 0) - gen0
+    assert spent < 64, f"vLLM generated {spent:g} tokens after the client closed"
     wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
     m = vllm.metrics()
     assert m.get("vllm:generation_tokens_total", 0) > 0
