@@ -82,20 +82,14 @@ _INTS = ("seed", "top_k")
 def _sampling(raw: dict, out: dict, names: dict[str, str] | None = None) -> None:
     """Copy the sampling fields of `raw` into `out`, type-checked. `names`: the dialect's name
     for an OpenAI field (Ollama's options use the same names)."""
-    for key in _NUMBERS:
-        v = raw.get(key)
-        if v is None:
-            continue
-        if not _is_num(v):
-            raise _bad(key, f"expected a number, got {type(v).__name__}")
-        out[key] = v
-    for key in _INTS:
-        v = raw.get(key)
-        if v is None:
-            continue
-        if not _is_int(v):
-            raise _bad(key, f"expected an integer, got {type(v).__name__}")
-        out[key] = v
+    for keys, fits, kind in ((_NUMBERS, _is_num, "a number"), (_INTS, _is_int, "an integer")):
+        for key in keys:
+            v = raw.get(key)
+            if v is None:
+                continue
+            if not fits(v):
+                raise _bad(key, f"expected {kind}, got {type(v).__name__}")
+            out[key] = v
 
 
 def _max_tokens(v: Any, path: str) -> int | None:
