@@ -37,7 +37,7 @@ from pathlib import Path
 
 from . import procs
 from .report import spread
-from .run import RESULTS, _post, machine
+from .run import _post, machine, run_to_end, write_result
 
 CLIENT_MODEL = "bench"
 CONCURRENCY = (1, 2)
@@ -242,19 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompt is None:
         args.prompt = _tests_module("support.vllm_script").directive("long")
     bench = VllmBench(args)
-    try:
-        result = bench.run()
-    except KeyboardInterrupt:
-        print(f"interrupted; the processes' logs are in {bench.workdir}", file=sys.stderr)
+    result = run_to_end(bench)
+    if result is None:
         return 130
-    except BaseException:
-        print(f"the benchmark failed; the processes' logs are in {bench.workdir}", file=sys.stderr)
-        raise
-    finally:
-        bench.stop()
-    out = Path(args.out) if args.out else RESULTS / f"vllm-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(result, args.out, "vllm")
     print()
     print(report(result))
     print(f"\nwrote {out}")
