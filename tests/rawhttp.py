@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
+import urllib.request
 from urllib.parse import urlsplit
 
 
@@ -84,6 +86,27 @@ def post_and_vanish(url: str, body: dict, *, after_bytes: int = 0, after_s: floa
         if rst:  # a reset instead of an orderly FIN, like a client host that vanished
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
+
+
+def stream_on_thread(url: str, body: dict, headers: dict, *, timeout: float) -> tuple[list[bytes], threading.Event]:
+    """POST `body` and read its streamed answer on a daemon thread, for a test that acts while
+    it runs. -> the chunks read so far (a list that grows), and an event set when the answer
+    ended, however it ended."""
+    chunks: list[bytes] = []
+    done = threading.Event()
+    req = urllib.request.Request(url, method="POST", headers={**headers, "content-type": "application/json"},
+                                 data=json.dumps(body).encode())
+
+    def read() -> None:
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                while chunk := resp.read1(65536):
+                    chunks.append(chunk)
+        finally:
+            done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return chunks, done
 
 
 def sse_data(body: bytes) -> list[bytes]:
