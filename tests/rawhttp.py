@@ -8,6 +8,7 @@ import struct
 import threading
 import time
 import urllib.request
+from typing import Callable
 from urllib.parse import urlsplit
 
 
@@ -107,6 +108,41 @@ def stream_on_thread(url: str, body: dict, headers: dict, *, timeout: float) -> 
 
     threading.Thread(target=read, daemon=True).start()
     return chunks, done
+
+
+class HeldStream:
+    """A streamed request read on a thread until closed: it holds a gateway slot and a backend
+    sequence while the test does something else. `bytes`: how much of the answer has come;
+    `started(chunk, total)` says when tokens flow (waited for up to `start_timeout` seconds)."""
+
+    def __init__(self, url: str, body: dict, *, started: Callable[[bytes, int], bool], timeout: float,
+                 start_timeout: float, what: str = "stream") -> None:
+        addr, req = _request_bytes(url, body)
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        self.sock.sendall(req)
+        self.bytes = 0
+        self.first = threading.Event()
+        self._started = started
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.first.wait(start_timeout), f"the {what} did not start"
+
+    def _read(self) -> None:
+        try:
+            while got := self.sock.recv(65536):
+                self.bytes += len(got)
+                if self._started(got, self.bytes):
+                    self.first.set()
+        except OSError:
+            return
+
+    def close(self) -> None:
+        # shutdown first: a plain close() would wait for the reader thread's recv() to return
+        # before the kernel lets go of the socket and sends the FIN
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
 
 
 def sse_data(body: bytes) -> list[bytes]:
