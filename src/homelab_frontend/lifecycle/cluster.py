@@ -13,8 +13,9 @@ lease_s / 3 while the leader lives. One lock for the whole fleet rather than one
   when the backend is ready there (its requests go to the backend's URL like any), shows
   `loading` while it starts, answers the leader's failure while it is failed; and it publishes
   what waits in its queues.
-- Takeover: a leader that dies stops renewing (its servers die with it: PR_SET_PDEATHSIG); the
-  lease runs out and another replica takes the lock and starts from every backend stopped. A
+- Takeover: a leader that dies stops renewing (its servers die with it: each one's supervisor,
+  lifecycle/supervisor.py, kills its tree when the leader's pipe closes); the lease runs out
+  and another replica takes the lock and starts from every backend stopped. A
   leader that cannot renew (Redis gone, a partition) stops its servers as soon as its lease may
   have run out, so that a new leader never runs a second copy beside them for long.
 Limits: a follower's slot on a backend is counted by the shared slot pool (`in_use` there is

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from ..errors import GatewayError, clean_message
 from .logring import LogRing
@@ -29,7 +29,7 @@ MAX_BACKOFF_FACTOR = 32
 START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 # Makes the process of a managed backend: (argv, env, cwd, its log) -> a running process.
-Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing], Process]
+Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing], Awaitable[Process]]
 
 
 class Effects:
@@ -64,6 +64,10 @@ class Effects:
             log.exception("lifecycle: internal error while starting backend %s", u.name)
             outcome, err = "error", (f"the gateway hit an internal error while starting it "
                                      f"({type(exc).__name__}: {exc}); see the gateway's log")
+            # the server may be running already: a failed unit holds nothing in the policy's
+            # eyes, so another backend may be started in its place; its process must go now
+            if u.child is not None and u.child.running:
+                u.last_exit = await u.child.stop(u.run.stop_timeout_s)
         finally:
             u.effect = None
         took = time.monotonic() - t0
@@ -96,7 +100,7 @@ class Effects:
             u.last_exit = await u.child.stop(run.stop_timeout_s)
         u.log.mark(f"-- gateway: starting {' '.join(run.argv())}")
         u.goal = u.goal.respawned()  # whatever was to be replaced is: this is the new command
-        u.child = child = self.spawner(run.argv(), run.env, run.cwd, u.log)
+        u.child = child = await self.spawner(run.argv(), run.env, run.cwd, u.log)
         child.exited.add_done_callback(lambda _: self.kick())  # an exit while serving is an event too
         u.log.mark(f"-- gateway: pid {child.pid}")
         deadline = time.monotonic() + run.start_timeout_s
@@ -169,8 +173,8 @@ class Effects:
                 u.goal = u.goal.stopped()
 
 
-def spawn_child(argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> Process:
+async def spawn_child(argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> Process:
     """The real spawner: a `process.Child` (its own process group, never outliving the gateway)."""
     from .process import Child
 
-    return Child(argv, env, cwd, ring)
+    return await Child.start(argv, env, cwd, ring)

@@ -7,8 +7,9 @@ however the gateway dies, and stopped the one way llama-server tolerates.
   process with threads) and holds the write end of its control pipe. The supervisor is the tree's
   child subreaper; when that pipe closes (the gateway died, SIGKILL included) it kills the whole
   tree. The server itself runs in a session and process group of its own below it.
-- `pid` is the server's (the supervisor reports it as soon as the exec succeeded; the spawn waits
-  for that, as `subprocess.Popen` waits for its exec: a missing program raises `OSError` here).
+- `pid` is the server's (the supervisor reports it as soon as the exec succeeded; `Child.start`
+  waits for that, as `subprocess.Popen` waits for its exec: a missing program raises `OSError`
+  there; the wait runs in a thread, so the event loop relays meanwhile).
 - Stop is one SIGTERM to the server's group, then SIGKILL of the whole tree after
   `stop_timeout_s`. Never a second SIGTERM: llama-server that gets one shortly into its shutdown
   prints "Received second interrupt, terminating immediately." and then hangs until SIGKILL.
@@ -28,13 +29,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from .logring import LogRing
 
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 SPAWN_TIMEOUT_S = 60.0  # the supervisor's own start: tens of ms; minutes only on a machine on its knees
 POLL_S = 0.1  # exit polling where pidfd_open is missing
+ABANDON_WAIT_S = 30.0  # a supervisor let go of kills its tree first (its grace for a SIGTERM: 5 s)
 
 
 def describe_status(code: int) -> str:
@@ -104,57 +106,109 @@ def _read_line(fd: int, timeout_s: float) -> tuple[str | None, bytes]:
     return line.decode("utf-8", "replace"), rest
 
 
-class Child:
-    """A spawned server. `exited` resolves with its return code (negative: the signal)."""
+class _Launched(NamedTuple):
+    """A supervisor that has reported the server's pid, and the gateway's ends of its pipes."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> None:
+    sup: subprocess.Popen
+    ctl_w: int
+    st_r: int
+    log_r: int
+    pid: int
+    rest: bytes  # what the supervisor said after its `pid` line
+
+
+def _launch(argv: list[str], env: Mapping[str, str], cwd: str | None) -> _Launched:
+    """Start the supervisor and wait for its first word: blocking (an interpreter's start, a fork,
+    the server's exec: tens of ms, hundreds on a loaded machine), so run off the event loop."""
+    ctl_r, ctl_w = os.pipe()
+    st_r, st_w = os.pipe()
+    log_r, log_w = os.pipe()
+    try:
+        sup = subprocess.Popen(
+            [sys.executable, "-I", "-S", SUPERVISOR, "--", *argv],
+            stdin=ctl_r, stdout=st_w, stderr=log_w, cwd=cwd, env={**os.environ, **env},
+            start_new_session=True, close_fds=True,
+        )
+    except BaseException:
+        for fd in (ctl_w, st_r, log_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (ctl_r, st_w, log_w):
+            os.close(fd)
+    try:
+        line, rest = _read_line(st_r, SPAWN_TIMEOUT_S)
+        word, _, value = (line or "").partition(" ")
+        if word == "error":  # the exec failed: raised as Popen raises it
+            sup.wait()
+            err = int(value)
+            raise OSError(err, os.strerror(err), argv[0])
+        if word != "pid":
+            sup.kill()
+            raise RuntimeError(f"the process supervisor failed ({describe_status(sup.wait())})")
+    except BaseException:
+        for fd in (ctl_w, st_r, log_r):  # the control pipe's end: the supervisor kills the tree
+            os.close(fd)
+        try:
+            sup.wait(ABANDON_WAIT_S)
+        except subprocess.TimeoutExpired:  # a supervisor that does not even do that: the last resort
+            sup.kill()
+            sup.wait()
+        raise
+    return _Launched(sup, ctl_w, st_r, log_r, int(value), rest)
+
+
+def _abandon_launched(fut: "asyncio.Future[_Launched]") -> None:
+    """Let go of what a cancelled `Child.start` launched: the end of its control pipe makes the
+    supervisor kill the tree (not a SIGKILL of the supervisor, which would leave the server's
+    own children to init); it is reaped in a thread."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    got = fut.result()
+    for fd in (got.ctl_w, got.st_r, got.log_r):
+        os.close(fd)
+    try:
+        asyncio.get_running_loop().run_in_executor(None, got.sup.wait)
+    except RuntimeError:  # the loop is shutting down: Popen reaps it at the next spawn, or at exit
+        pass
+
+
+class Child:
+    """A spawned server. `exited` resolves with its return code (negative: the signal). Made by
+    `await Child.start(argv, env, cwd, ring)`."""
+
+    @classmethod
+    async def start(cls, argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> "Child":
+        """Spawn `argv` under its supervisor; returns once the server is exec'd (a program that
+        cannot run raises `OSError`, as Popen does). The wait runs in a thread: the event loop
+        relays every other request meanwhile."""
         if not argv:
             raise ValueError("empty command")
         loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(None, _launch, list(argv), env, cwd)
+        try:
+            launched = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # the launch goes on in its thread: whatever it starts is let go of at once
+            fut.add_done_callback(_abandon_launched)
+            raise
+        return cls(launched, ring)
+
+    def __init__(self, launched: _Launched, ring: LogRing) -> None:
+        loop = asyncio.get_running_loop()
         self.ring = ring
-        ctl_r, ctl_w = os.pipe()
-        st_r, st_w = os.pipe()
-        log_r, log_w = os.pipe()
-        try:
-            self._sup = subprocess.Popen(
-                [sys.executable, "-I", "-S", SUPERVISOR, "--", *argv],
-                stdin=ctl_r, stdout=st_w, stderr=log_w, cwd=cwd, env={**os.environ, **env},
-                start_new_session=True, close_fds=True,
-            )
-        except BaseException:
-            for fd in (ctl_w, st_r, log_r):
-                os.close(fd)
-            raise
-        finally:
-            for fd in (ctl_r, st_w, log_w):
-                os.close(fd)
-        self._ctl: int | None = ctl_w
-        try:
-            line, rest = _read_line(st_r, SPAWN_TIMEOUT_S)
-            word, _, value = (line or "").partition(" ")
-            if word == "error":  # the exec failed: raised as Popen raises it
-                self._sup.wait()
-                err = int(value)
-                raise OSError(err, os.strerror(err), argv[0])
-            if word != "pid":
-                self._sup.kill()
-                raise RuntimeError(f"the process supervisor failed ({describe_status(self._sup.wait())})")
-        except BaseException:
-            for fd in (ctl_w, st_r, log_r):
-                os.close(fd)
-            if self._sup.poll() is None:
-                self._sup.kill()
-                self._sup.wait()
-            raise
-        self.pid = int(value)
+        self._sup = launched.sup
+        self._ctl: int | None = launched.ctl_w
+        self.pid = launched.pid
         self.exited: asyncio.Future[int] = loop.create_future()
         self._status: int | None = None
         self._status_done = False
         self._sup_done = False
         self._term_sent = False
         self._transports: list[asyncio.BaseTransport] = []
-        self._st_pipe = os.fdopen(st_r, "rb", buffering=0)
-        self._log_pipe = os.fdopen(log_r, "rb", buffering=0)
+        self._st_pipe = os.fdopen(launched.st_r, "rb", buffering=0)
+        self._log_pipe = os.fdopen(launched.log_r, "rb", buffering=0)
+        rest = launched.rest
         # kept: a task only weakly held may vanish
         self._readers = [loop.create_task(self._connect(loop, self._log_pipe, lambda: _Pump(self.ring))),
                          loop.create_task(self._connect(loop, self._st_pipe, lambda: _Status(self, rest)))]

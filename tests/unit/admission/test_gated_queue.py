@@ -5,6 +5,7 @@ gate opens and slots allow, failures, timeouts, and a waiter that leaves."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -86,19 +87,38 @@ def test_waits_in_phase_loading_past_the_queue_timeout_then_is_granted():
 
 
 def test_the_clock_runs_while_waiting_for_the_gate_and_resumes_with_what_was_left():
+    """Judged by the waiter's own clock (its budget and its timer's deadline), bracketed by the
+    test's readings: no wall-clock floor a busy machine could miss."""
     async def go():
-        gate, pool = make(timeout_s=0.3)
+        loop = asyncio.get_running_loop()
+        gate, pool = make(timeout_s=30)
+        t0 = time.monotonic()
         task = asyncio.create_task(pool.acquire())
-        await asyncio.sleep(0.15)  # half the budget spent
+        await asyncio.sleep(0.05)  # some of the budget spent
+        w = pool.queue.peek()
+        assert w is not None and w.timer is not None
         pool.queue.set_loading(True)
-        await asyncio.sleep(0.5)
-        assert not task.done()
+        t1 = time.monotonic()
+        left = w.budget
+        assert 30 - (t1 - t0) <= left <= 30 - 0.05 and w.timer is None  # spent what ran, then stopped
+        await asyncio.sleep(0.2)
+        assert w.budget == left and w.timer is None and not task.done()  # loading: the clock stands still
+        r0 = loop.time()
         pool.queue.set_loading(False)
-        await asyncio.sleep(0.05)
-        assert not task.done()  # about 0.1 s left
+        r1 = loop.time()
+        assert w.timer is not None and r0 + left <= w.timer.when() <= r1 + left  # resumed with what was left
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert pool.queued == 0
+    asyncio.run(go())
+
+
+def test_a_waiter_whose_clock_runs_out_is_refused_as_overloaded():
+    async def go():
+        gate, pool = make(timeout_s=0.1)
         with pytest.raises(GatewayError) as ei:
-            await asyncio.wait_for(task, 1)
-        assert ei.value.kind == "overloaded" and pool.queued == 0
+            await asyncio.wait_for(pool.acquire(), 30)
+        assert ei.value.kind == "overloaded" and "0.1 s" in ei.value.message and pool.queued == 0
     asyncio.run(go())
 
 

@@ -56,7 +56,7 @@ class Spawner:
         self.exit_at_start: int | None = None
         self.bug: Exception | None = None
 
-    def __call__(self, argv, env, cwd, ring):
+    async def __call__(self, argv, env, cwd, ring):
         if self.bug is not None:
             raise self.bug
         child = FakeChild(self.exit_at_start)
@@ -150,6 +150,26 @@ def test_a_bug_in_the_start_path_is_the_gateways_own_error(caplog):
         assert fleet.starts[("a", "error")] == 1
         assert any("internal error while starting backend a" in r.getMessage() and r.exc_info
                    for r in caplog.records)
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_a_bug_after_the_spawn_stops_the_process_it_started():
+    """A start that fails on the gateway's own bug once its server runs (the probe raised, say):
+    the unit is `failed`, so the policy counts its resources free and may start another backend
+    in their place; the process must not live on holding the GPU and the port."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+
+        async def broken(cfg):
+            raise RuntimeError("probe bug")
+        prober.ready = broken
+        with pytest.raises(GatewayError) as ei:
+            await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        assert "internal error" in ei.value.message
+        assert fleet.units["a"].state is State.FAILED
+        child = spawner.children["a"][0]
+        assert not child.running and child.stops == 1
         await fleet.close()
     asyncio.run(go())
 

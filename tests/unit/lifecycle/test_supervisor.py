@@ -139,7 +139,7 @@ def test_a_gateway_killed_by_sigkill_leaves_no_process_of_the_tree(tmp_path):
         from homelab_frontend.lifecycle.logring import LogRing
         async def main():
             threading.Thread(target=lambda: __import__("time").sleep(600), daemon=True).start()
-            Child([sys.executable, "-c", {TREE!r}, {str(out)!r}, "stubborn"], {{}}, None, LogRing())
+            await Child.start([sys.executable, "-c", {TREE!r}, {str(out)!r}, "stubborn"], {{}}, None, LogRing())
             await asyncio.sleep(600)
         asyncio.run(main())
     """)
@@ -162,7 +162,7 @@ def test_a_gateway_killed_by_sigkill_leaves_no_process_of_the_tree(tmp_path):
 def test_a_graceful_stop_is_exactly_one_sigterm_then_sigkill_of_the_tree(tmp_path):
     async def go():
         ring = LogRing()
-        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "stubborn"], {}, None, ring)
+        child = await Child.start([sys.executable, "-c", TREE, str(tmp_path / "tree"), "stubborn"], {}, None, ring)
         pids = await asyncio.to_thread(recorded, tmp_path / "tree")
         procs = tree(os.getpid())
         procs = {p: s for p, s in procs.items() if p in pids.values() or p == child.pid}
@@ -187,7 +187,7 @@ def test_a_cooperative_server_exits_on_the_sigterm_its_group_gets_the_stop_timeo
     # stop timeout to finish; then it and what left the group are killed
     async def go():
         ring = LogRing()
-        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "cooperative"], {}, None, ring)
+        child = await Child.start([sys.executable, "-c", TREE, str(tmp_path / "tree"), "cooperative"], {}, None, ring)
         pids = await asyncio.to_thread(recorded, tmp_path / "tree")
         procs = {p: start_time(p) for p in pids.values()}
         while "up" not in ring.lines:  # a whole line: a partial one may be cut by the SIGTERM handler's print
@@ -223,7 +223,7 @@ def test_during_a_stop_the_servers_group_may_finish_before_the_rest_is_killed(tm
 
     async def go():
         ring = LogRing()
-        child = Child(["/bin/sh", "-c", script], {}, None, ring)
+        child = await Child.start(["/bin/sh", "-c", script], {}, None, ring)
         pids = await asyncio.to_thread(recorded, out, 2)
         procs = {p: start_time(p) for p in pids.values()}
         while "server up" not in ring.lines:
@@ -241,7 +241,7 @@ def test_during_a_stop_the_servers_group_may_finish_before_the_rest_is_killed(tm
 def test_the_servers_own_exit_status_is_reported_and_its_leftovers_go(tmp_path):
     async def go():
         ring = LogRing()
-        child = Child([sys.executable, "-c", TREE, str(tmp_path / "tree"), "exit3"], {}, None, ring)
+        child = await Child.start([sys.executable, "-c", TREE, str(tmp_path / "tree"), "exit3"], {}, None, ring)
         code = await child.exited
         pids = {p: start_time(p) for p in recorded(tmp_path / "tree").values()}
         return code, survivors({p: s for p, s in pids.items() if s is not None})
@@ -251,7 +251,7 @@ def test_the_servers_own_exit_status_is_reported_and_its_leftovers_go(tmp_path):
 
 def test_a_server_killed_from_outside_is_reported_as_killed_by_that_signal():
     async def go():
-        child = Child(["sleep", "60"], {}, None, LogRing())
+        child = await Child.start(["sleep", "60"], {}, None, LogRing())
         os.kill(child.pid, signal.SIGKILL)
         return await child.exited
     assert asyncio.run(go()) == -signal.SIGKILL
@@ -262,7 +262,7 @@ def test_a_supervisor_killed_by_sigkill_takes_the_server_with_it():
     # parent-death signal still ends it, and the gateway says what it knows
     async def go():
         ring = LogRing()
-        child = Child(["sleep", "60"], {}, None, ring)
+        child = await Child.start(["sleep", "60"], {}, None, ring)
         server = {child.pid: start_time(child.pid)}
         os.kill(child._sup.pid, signal.SIGKILL)
         code = await child.exited
@@ -279,7 +279,7 @@ def test_a_program_that_cannot_run_raises_as_popen_does(tmp_path):
 
     async def go(argv):
         try:
-            Child(argv, {}, None, LogRing())
+            await Child.start(argv, {}, None, LogRing())
         except OSError as err:
             return err
     missing = asyncio.run(go(["no-such-program-hlf"]))
@@ -287,7 +287,7 @@ def test_a_program_that_cannot_run_raises_as_popen_does(tmp_path):
     assert isinstance(asyncio.run(go([str(script)])), PermissionError)
     # and PATH is the server's environment's, as Popen reads it
     async def from_path():
-        child = Child(["hlf-here"], {"PATH": str(tmp_path)}, None, LogRing())
+        child = await Child.start(["hlf-here"], {"PATH": str(tmp_path)}, None, LogRing())
         return await child.exited
     (tmp_path / "hlf-here").write_text("#!/bin/sh\nexit 7\n")
     (tmp_path / "hlf-here").chmod(0o755)
