@@ -59,7 +59,8 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _spread(e: dict | None, digits: int = 2) -> str:
+def spread(e: dict | None, digits: int = 2) -> str:
+    """A summary entry: its median, and (min-max) over more than one repetition."""
     if not e:
         return "-"
     if e["n"] == 1:
@@ -94,7 +95,7 @@ def print_report(result: dict) -> None:
                     continue
                 d = s.get(f"direct/{surface}/{mode}/{c}", {})
                 line = (f"  {surface:<10}{c[1:]:>4}{_fmt(_get(d, (metric,)), 0):>11}{_fmt(_get(e, (metric,)), 0):>11}"
-                        f"  {_spread(e.get('ratio', {}).get(metric)):<20}")
+                        f"  {spread(e.get('ratio', {}).get(metric)):<20}")
                 if mode == "stream":
                     ttft = (f"{_fmt(_get(d, ('ttft_p50_ms',)), 2)}/{_fmt(_get(e, ('ttft_p50_ms',)), 2)}/"
                             f"{_fmt(_get(e, ('ttft_p50_added_ms',)), 2)}")
@@ -114,9 +115,9 @@ def print_report(result: dict) -> None:
     if q_tight and q_wide:
         print()
         print("queueing with free slots (OpenAI stream, c=16): TTFT p50 with 1024 slots "
-              f"{_spread(q_wide.get('ttft_p50_ms'))} ms, with exactly 16 slots {_spread(q_tight.get('ttft_p50_ms'))} ms; "
-              f"Server-Timing queue p99 {_spread(q_tight.get('server_timing_queue_p99_ms'), 3)} ms (16 slots), "
-              f"{_spread(q_wide.get('server_timing_queue_p99_ms'), 3)} ms (1024 slots)")
+              f"{spread(q_wide.get('ttft_p50_ms'))} ms, with exactly 16 slots {spread(q_tight.get('ttft_p50_ms'))} ms; "
+              f"Server-Timing queue p99 {spread(q_tight.get('server_timing_queue_p99_ms'), 3)} ms (16 slots), "
+              f"{spread(q_wide.get('server_timing_queue_p99_ms'), 3)} ms (1024 slots)")
     for note in result.get("notes", []):
         print(f"note: {note}")
     print()

@@ -317,6 +317,29 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
+def run_to_end(bench) -> dict | None:
+    """`bench.run()` with its processes stopped however it ends, and a failure naming the folder of
+    their logs. -> the result, None when interrupted (the caller exits 130)."""
+    try:
+        return bench.run()
+    except KeyboardInterrupt:
+        print(f"interrupted; the processes' logs are in {bench.workdir}", file=sys.stderr)
+        return None
+    except BaseException:
+        print(f"the benchmark failed; the processes' logs are in {bench.workdir}", file=sys.stderr)
+        raise
+    finally:
+        bench.stop()
+
+
+def write_result(result: dict, path: str | None, prefix: str) -> Path:
+    """Write the JSON result to `path`, default bench/results/<prefix>-<time>.json. -> where."""
+    out = Path(path) if path else RESULTS / f"{prefix}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one repetition, half the requests (~30 s)")
@@ -341,21 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not args.surfaces:
         p.error(f"--surfaces: {unknown or 'none'} not in openai,anthropic,responses,ollama,gemini")
     bench = Bench(args)
-    try:
-        result = bench.run()
-    except KeyboardInterrupt:
-        print(f"interrupted; the processes' logs are in {bench.workdir}", file=sys.stderr)
+    result = run_to_end(bench)
+    if result is None:
         return 130
-    except BaseException:
-        print(f"the benchmark failed; the processes' logs are in {bench.workdir}", file=sys.stderr)
-        raise
-    finally:
-        bench.stop()
     shutil.rmtree(bench.workdir, ignore_errors=True)  # logs and configs: only needed on failure
     result["targets"] = check_targets(result)
-    out = Path(args.out) if args.out else RESULTS / f"bench-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(result, args.out, "bench")
     print_report(result)
     print(f"\nwrote {out}")
     return 0

@@ -36,7 +36,8 @@ import urllib.request
 from pathlib import Path
 
 from . import procs
-from .run import RESULTS, _post, machine
+from .report import spread
+from .run import _post, machine, run_to_end, write_result
 
 CLIENT_MODEL = "bench"
 CONCURRENCY = (1, 2)
@@ -207,14 +208,6 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def _fmt(e: dict | None, digits: int = 2) -> str:
-    if not e:
-        return "-"
-    if e["n"] == 1:
-        return f"{e['median']:.{digits}f}"
-    return f"{e['median']:.{digits}f} ({e['min']:.{digits}f}-{e['max']:.{digits}f})"
-
-
 def report(result: dict) -> str:
     s, m, st = result["summary"], result["machine"], result["settings"]
     lines = [f"the gateway against vLLM ({st['model']}, {st['tokens']} tokens an answer), {result['started']}, "
@@ -228,9 +221,9 @@ def report(result: dict) -> str:
             e = s.get(f"{target}/c{c}")
             if not e:
                 continue
-            line = (f"  {target:<9}{c:>2}  {_fmt(e['ttft_p50_ms'], 1):<26}{_fmt(e.get('ratio_ttft')):<22}"
-                    f"{_fmt(e.get('ttft_added_ms'), 1):<24}{_fmt(e['tokens_per_s']):<24}"
-                    f"{_fmt(e.get('ratio_tokens_per_s')):<22}")
+            line = (f"  {target:<9}{c:>2}  {spread(e['ttft_p50_ms'], 1):<26}{spread(e.get('ratio_ttft')):<22}"
+                    f"{spread(e.get('ttft_added_ms'), 1):<24}{spread(e['tokens_per_s']):<24}"
+                    f"{spread(e.get('ratio_tokens_per_s')):<22}")
             if e["errors"]:
                 line += f"  ERRORS: {e['errors']}"
             lines.append(line)
@@ -249,19 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.prompt is None:
         args.prompt = _tests_module("support.vllm_script").directive("long")
     bench = VllmBench(args)
-    try:
-        result = bench.run()
-    except KeyboardInterrupt:
-        print(f"interrupted; the processes' logs are in {bench.workdir}", file=sys.stderr)
+    result = run_to_end(bench)
+    if result is None:
         return 130
-    except BaseException:
-        print(f"the benchmark failed; the processes' logs are in {bench.workdir}", file=sys.stderr)
-        raise
-    finally:
-        bench.stop()
-    out = Path(args.out) if args.out else RESULTS / f"vllm-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    out = write_result(result, args.out, "vllm")
     print()
     print(report(result))
     print(f"\nwrote {out}")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from gwproc import config_for
+from needs import require
 from stubproc import free_port
 
 LLAMA_VERSION = "11434.0.0"
@@ -46,12 +47,7 @@ def missing() -> str | None:
 
 
 def require_llama() -> None:
-    why = missing()
-    if why is None:
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
+    require(missing())
 
 
 def llama_config(base: str, **backend) -> dict:

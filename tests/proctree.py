@@ -7,6 +7,7 @@ servers run on this machine."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 
@@ -72,6 +73,16 @@ def _stat_task(pid: int, tid: str) -> str | None:
 
 def survivors(procs: dict[int, int]) -> list[int]:
     return sorted(pid for pid, start in procs.items() if running(pid, start))
+
+
+def kill_all(procs: dict[int, int]) -> None:
+    """SIGKILL whatever of `procs` still runs: should the supervisor under test fail, the test's
+    processes still go (the machine is shared)."""
+    for pid in survivors(procs):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def wait_all_gone(procs: dict[int, int], timeout: float) -> float:

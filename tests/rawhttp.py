@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
+import urllib.request
+from typing import Callable
 from urllib.parse import urlsplit
 
 
@@ -84,6 +87,62 @@ def post_and_vanish(url: str, body: dict, *, after_bytes: int = 0, after_s: floa
         if rst:  # a reset instead of an orderly FIN, like a client host that vanished
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
+
+
+def stream_on_thread(url: str, body: dict, headers: dict, *, timeout: float) -> tuple[list[bytes], threading.Event]:
+    """POST `body` and read its streamed answer on a daemon thread, for a test that acts while
+    it runs. -> the chunks read so far (a list that grows), and an event set when the answer
+    ended, however it ended."""
+    chunks: list[bytes] = []
+    done = threading.Event()
+    req = urllib.request.Request(url, method="POST", headers={**headers, "content-type": "application/json"},
+                                 data=json.dumps(body).encode())
+
+    def read() -> None:
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                while chunk := resp.read1(65536):
+                    chunks.append(chunk)
+        finally:
+            done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return chunks, done
+
+
+class HeldStream:
+    """A streamed request read on a thread until closed: it holds a gateway slot and a backend
+    sequence while the test does something else. `bytes`: how much of the answer has come;
+    `started(chunk, total)` says when tokens flow (waited for up to `start_timeout` seconds)."""
+
+    def __init__(self, url: str, body: dict, *, started: Callable[[bytes, int], bool], timeout: float,
+                 start_timeout: float, what: str = "stream") -> None:
+        addr, req = _request_bytes(url, body)
+        self.sock = socket.create_connection(addr, timeout=timeout)
+        self.sock.sendall(req)
+        self.bytes = 0
+        self.first = threading.Event()
+        self._started = started
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.first.wait(start_timeout), f"the {what} did not start"
+
+    def _read(self) -> None:
+        try:
+            while got := self.sock.recv(65536):
+                self.bytes += len(got)
+                if self._started(got, self.bytes):
+                    self.first.set()
+        except OSError:
+            return
+
+    def close(self) -> None:
+        # shutdown first: a plain close() would wait for the reader thread's recv() to return
+        # before the kernel lets go of the socket and sends the FIN
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
 
 
 def sse_data(body: bytes) -> list[bytes]:

@@ -36,9 +36,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import pytest
-
 from gwproc import config_for
+from needs import require
 from stubproc import free_port
 
 VLLM_VERSION = "0.32.0"
@@ -65,12 +64,7 @@ def missing() -> str | None:
 
 
 def require_vllm() -> None:
-    why = missing()
-    if why is None:
-        return
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(why, pytrace=False)
-    pytest.skip(why)
+    require(missing())
 
 
 def vllm_config(base: str, **backend) -> dict:

@@ -17,7 +17,7 @@ import pytest
 from gwproc import Gateway, config_for
 from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from managed import backends, port_closed, wait_state
-from proctree import cmdline, survivors, tree, wait_all_gone
+from proctree import cmdline, kill_all, survivors, tree, wait_all_gone
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
 
@@ -74,7 +74,7 @@ def test_the_gateway_ending_leaves_nothing_of_a_wrapper_scripts_tree(tmp_path, s
         print(f"{len(procs)} processes gone {took:.3f} s after the gateway's {sig.name}")
     finally:
         gw.stop()
-        _kill(procs)
+        kill_all(procs)
 
 
 def test_an_idle_stop_takes_the_whole_tree_and_says_what_the_server_left(tmp_path):
@@ -95,14 +95,4 @@ def test_an_idle_stop_takes_the_whole_tree_and_says_what_the_server_left(tmp_pat
             ask(gw)
             wait_for(lambda: backends(gw)["w"]["pid"] not in (None, pid), 10)
         finally:
-            _kill(procs)
-
-
-def _kill(procs: dict[int, int]) -> None:
-    """Should the supervisor fail, this test's processes still go (the machine is shared)."""
-    import os
-    for pid in survivors(procs):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            kill_all(procs)

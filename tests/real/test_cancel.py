@@ -13,14 +13,12 @@ the request under test always has the other one.
 from __future__ import annotations
 
 import random
-import socket
-import threading
 import time
 
 import pytest
 
 from llamaproc import MODEL
-from rawhttp import _request_bytes, post_and_vanish
+from rawhttp import HeldStream, post_and_vanish
 from stubproc import wait_for
 
 REPS = 20
@@ -41,39 +39,13 @@ def _body(dialect: str, *, stream: bool, max_tokens: int = 2000, prompt: str = L
     return ("/chat/completions" if dialect == "openai" else "/messages"), body
 
 
-class Companion:
+class Companion(HeldStream):
     """A long stream through the gateway, read on a thread, until closed."""
 
     def __init__(self, gw) -> None:
         path, body = _body("openai", stream=True, max_tokens=900)
-        addr, req = _request_bytes(gw.base + path, body)
-        self.sock = socket.create_connection(addr, timeout=60)
-        self.sock.sendall(req)
-        self.bytes = 0
-        self.first = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.first.wait(10), "the companion stream did not start"
-
-    def _read(self) -> None:
-        try:
-            while True:
-                got = self.sock.recv(65536)
-                if not got:
-                    return
-                self.bytes += len(got)
-                if b"data:" in got:
-                    self.first.set()
-        except OSError:
-            return
-
-    def close(self) -> None:
-        # shutdown first: a plain close() would wait for the reader thread's recv() to return
-        # before the kernel lets go of the socket and sends the FIN
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        super().__init__(gw.base + path, body, timeout=60, start_timeout=10, what="companion stream",
+                         started=lambda got, total: b"data:" in got)
 
 
 # How long llama.cpp may go on after a client left, counted in its own decode steps

@@ -6,11 +6,8 @@ and its /metrics token count."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import urllib.error
-import urllib.request
 
 import ollama
 import openai
@@ -18,6 +15,7 @@ import pytest
 
 from gwproc import Gateway, config_for
 from llamaproc import ALIAS, MODEL, processing_slots, tokens_predicted
+from rawhttp import stream_on_thread
 from stubproc import wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -76,24 +74,11 @@ def test_gemma_has_no_fim_tokens_llamacpps_refusal_is_a_clear_400(gw, client, id
 
 
 def test_a_newer_completion_stops_the_older_generation_on_the_server(gw, client, llama):
-    old: list[bytes] = []
-    done = threading.Event()
-
-    def stale():
-        req = urllib.request.Request(gw.base + "/completions", method="POST",
-                                     headers={"Authorization": f"Bearer {KEY}", "content-type": "application/json"},
-                                     data=json.dumps({"model": MODEL, "prompt": "Write a very long story about a dragon.",
-                                                      "max_tokens": 1500, "temperature": 0, "stream": True}).encode())
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                while chunk := resp.read1(65536):
-                    old.append(chunk)
-        finally:
-            done.set()
-
     start = tokens_predicted(llama.url)
-    th = threading.Thread(target=stale, daemon=True)
-    th.start()
+    old, done = stream_on_thread(gw.base + "/completions",
+                                 {"model": MODEL, "prompt": "Write a very long story about a dragon.",
+                                  "max_tokens": 1500, "temperature": 0, "stream": True},
+                                 {"Authorization": f"Bearer {KEY}"}, timeout=120)
     wait_for(lambda: len(b"".join(old)) > 2000, timeout=60, interval=0.01)  # it is generating
     assert processing_slots(llama.url)
     got = client.completions.create(model=MODEL, prompt="def add(a, b):", max_tokens=8, temperature=0)

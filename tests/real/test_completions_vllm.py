@@ -7,13 +7,13 @@ evidence: its log of aborted requests and its running count."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 
 import openai
 import pytest
 
 from gwproc import Gateway, config_for
+from rawhttp import stream_on_thread
 from stubproc import wait_for
 from support.vllm_script import directive
 from vllmproc import SERVED, SLOTS
@@ -63,22 +63,10 @@ def test_echo_goes_to_vllm(client):
 
 def test_a_newer_completion_aborts_the_older_one_in_vllm(gw, client, vllm):
     before = set(vllm.aborted())
-    old: list[bytes] = []
-    done = threading.Event()
-
-    def stale():
-        req = urllib.request.Request(gw.base + "/completions", method="POST",
-                                     headers={"Authorization": f"Bearer {KEY}", "content-type": "application/json"},
-                                     data=json.dumps({"model": "coder", "prompt": f"{directive('long')} story",
-                                                      "max_tokens": 600, "stream": True}).encode())
-        try:
-            with urllib.request.urlopen(req, timeout=300) as resp:
-                while chunk := resp.read1(65536):
-                    old.append(chunk)
-        finally:
-            done.set()
-
-    threading.Thread(target=stale, daemon=True).start()
+    old, done = stream_on_thread(gw.base + "/completions",
+                                 {"model": "coder", "prompt": f"{directive('long')} story", "max_tokens": 600,
+                                  "stream": True},
+                                 {"Authorization": f"Bearer {KEY}"}, timeout=300)
     wait_for(lambda: len(b"".join(old)) > 1000, timeout=120, interval=0.02)  # it is generating
     got = client.completions.create(model="coder", prompt=f"{directive('plain')} new", max_tokens=5)
     assert done.wait(60) and got.choices[0].text

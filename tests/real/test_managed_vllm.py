@@ -26,7 +26,7 @@ import yaml
 from gwproc import Gateway, config_for
 from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from managed import backends, port_closed, wait_state
-from proctree import cmdline, shm_of, survivors, tree, wait_all_gone
+from proctree import cmdline, kill_all, shm_of, tree, wait_all_gone
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
 from vllmproc import MODEL_DIR, PYTHON, SERVED, TEMPLATE, TOKEN_VAR, processes_of, require_vllm
@@ -107,15 +107,6 @@ def gone(procs: dict[int, int], server: int, token: str, shm: set[str], timeout:
     return took
 
 
-def _kill(procs: dict[int, int]) -> None:
-    """Should the supervisor fail, this test's vLLM still goes (6 GB on a shared machine)."""
-    for pid in survivors(procs):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def test_started_by_the_first_request_answered_then_stopped_when_idle():
     require_vllm()
     port, token = free_port(), uuid.uuid4().hex
@@ -136,7 +127,7 @@ def test_started_by_the_first_request_answered_then_stopped_when_idle():
             print(f"vLLM ready in {view['last_start_s']:.0f} s; stopped when idle: "
                   f"{describe(view['last_exit_status'])}, {len(procs)} processes gone ({took:.2f} s)")
         finally:
-            _kill(procs)
+            kill_all(procs)
 
 
 def test_sleep_a_request_waits_for_the_wake_then_no_process_outlives_the_gateways_sigkill():
@@ -176,7 +167,7 @@ def test_sleep_a_request_waits_for_the_wake_then_no_process_outlives_the_gateway
               f"{took:.2f} s after the gateway's SIGKILL")
     finally:
         gw.stop()
-        _kill(procs)
+        kill_all(procs)
 
 
 def describe(code: int | None) -> str:

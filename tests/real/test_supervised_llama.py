@@ -16,7 +16,7 @@ from gwproc import Gateway, config_for
 from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from llamaproc import ALIAS, BIN, GGUF, TEMPLATE, require_llama
 from managed import backends, port_closed, wait_state
-from proctree import cmdline, comm, survivors, tree, wait_all_gone
+from proctree import cmdline, comm, kill_all, survivors, tree, wait_all_gone
 from rawhttp import post_raw
 from stubproc import free_port
 
@@ -79,7 +79,7 @@ def test_a_wrapper_scripts_llama_server_dies_with_the_gateways_sigkill(tmp_path)
         print(f"{len(procs)} processes gone {took:.3f} s after the gateway's SIGKILL")
     finally:
         gw.stop()
-        _kill(procs)
+        kill_all(procs)
 
 
 def test_an_idle_stop_of_a_wrapped_llama_server_is_its_own_clean_shutdown(tmp_path):
@@ -99,14 +99,4 @@ def test_an_idle_stop_of_a_wrapped_llama_server_is_its_own_clean_shutdown(tmp_pa
             assert "no exit" not in text and "killed" not in text, text[-2000:]
             assert "cleaning up before exit" in text.split("-- gateway: stopping")[-1], text[-2000:]
         finally:
-            _kill(procs)
-
-
-def _kill(procs: dict[int, int]) -> None:
-    """Should the supervisor fail, this test's processes still go (the machine is shared)."""
-    import os
-    for pid in survivors(procs):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            kill_all(procs)

@@ -8,12 +8,11 @@ that one never reaches vLLM. And the dashboard's "backend running" figure is vLL
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
 
-from rawhttp import _request_bytes, post_and_vanish
+from rawhttp import HeldStream, _request_bytes, post_and_vanish
 from stubproc import wait_for
 from support.vllm_script import directive
 from vllmproc import SLOTS
@@ -40,34 +39,14 @@ def _body(dialect: str, stream: bool, max_tokens: int = 800, prompt: str = LONG)
     return "/api/chat", {"model": MODEL, "stream": stream, "messages": msgs, "options": {"num_predict": max_tokens}}
 
 
-class Holder:
+class Holder(HeldStream):
     """A long stream through the gateway, read on a thread until closed: it holds one slot."""
 
     def __init__(self, gw, dialect: str = "openai") -> None:
         path, body = _body(dialect, True)
-        addr, req = _request_bytes(gw.url + path, body)
-        self.sock = socket.create_connection(addr, timeout=120)
-        self.sock.sendall(req)
-        self.bytes = 0
-        self.first = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        assert self.first.wait(120), "the stream did not start"
-
-    def _read(self) -> None:
-        try:
-            while got := self.sock.recv(65536):
-                self.bytes += len(got)
-                if self.bytes > 600:  # past the headers and the opening frames: tokens flow
-                    self.first.set()
-        except OSError:
-            return
-
-    def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        # past the headers and the opening frames: tokens flow
+        super().__init__(gw.url + path, body, timeout=120, start_timeout=120,
+                         started=lambda got, total: total > 600)
 
 
 def _aborted_within(vllm, before: int, n: int, running: int, budget: float = 3.0) -> float:

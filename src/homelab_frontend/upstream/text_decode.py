@@ -8,9 +8,10 @@ UpstreamError), never raising, and `done` says the upstream finished.
 
 `TextChunkDecoder` (legacy completions): `choices[0].text` -> TextDelta (an empty text is none);
 `finish_reason` stop / length -> Finish (vLLM's string `stop_reason`: the stop string that fired);
-`usage` on any chunk (the `choices: []` usage chunk, vLLM's continuous usage) -> Usage, each figure
-None when not reported; `[DONE]` -> done. An `object` other than `text_completion` (a chat chunk
-from a misrouted backend), a malformed chunk, or an error chunk -> one UpstreamError.
+`usage` on any chunk (the `choices: []` usage chunk, vLLM's continuous usage) -> Usage, read as
+upstream/decode.py reads a chat chunk's usage, each figure None when not reported; `[DONE]` ->
+done. An `object` other than `text_completion` (a chat chunk from a misrouted backend), a
+malformed chunk, or an error chunk -> one UpstreamError.
 
 `InfillDecoder` (llama.cpp's /infill and /completion, not OpenAI-shaped): each object has
 `content` and `stop`; `tokens_predicted` / `tokens_evaluated` are the running counts (usage);
@@ -26,7 +27,7 @@ import msgspec
 
 from ..canonical import Event, Finish, TextDelta, Usage, UpstreamError
 from ..errors import clean_message
-from .decode import _ErrorInfo, _error_kind
+from .decode import _ErrorInfo, _error_kind, _Usage, _usage_event
 
 __all__ = ["InfillDecoder", "TextChunkDecoder"]
 
@@ -35,16 +36,6 @@ class _Choice(msgspec.Struct):
     text: Union[str, None] = None
     finish_reason: Union[str, None] = None
     stop_reason: Union[int, str, None] = None  # vLLM
-
-
-class _Details(msgspec.Struct):
-    cached_tokens: Union[int, None] = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: Union[int, None] = None
-    completion_tokens: Union[int, None] = None
-    prompt_tokens_details: Union[_Details, None] = None
 
 
 class _Chunk(msgspec.Struct):
@@ -109,11 +100,9 @@ class TextChunkDecoder:
         if chunk.object is not None and chunk.object != "text_completion":
             return self._fail(UpstreamError(f"the backend sent a {chunk.object!r} chunk, not a text completion"))
         events: list[Event] = []
-        u = chunk.usage
-        if u is not None:
-            cached = u.prompt_tokens_details.cached_tokens if u.prompt_tokens_details is not None else None
-            if u.prompt_tokens is not None or u.completion_tokens is not None or cached is not None:
-                events.append(Usage(u.prompt_tokens, u.completion_tokens, cached))
+        usage = _usage_event(chunk.usage) if chunk.usage is not None else None
+        if usage is not None:
+            events.append(usage)
         if chunk.choices:
             ch = chunk.choices[0]
             if ch.text:

@@ -50,6 +50,21 @@ class _Counts:
         return False
 
 
+def _gather(events: list[c.Event]) -> tuple[str, _Counts] | str:
+    """A whole answer's text and counts, or the message of its first UpstreamError (both
+    dialects' whole bodies are read the same way)."""
+    counts = _Counts()
+    text = []
+    for ev in events:
+        if type(ev) is c.TextDelta:
+            text.append(ev.text)
+        elif type(ev) is c.UpstreamError:
+            return ev.message
+        else:
+            counts.note(ev)
+    return "".join(text), counts
+
+
 def _usage_doc(u: c.Usage) -> dict | None:
     if u.input_tokens is None and u.output_tokens is None:
         return None
@@ -102,17 +117,12 @@ class TextStream(_Counts):
 
 def text_whole(events: list[c.Event], *, id: str, created: int, model: str) -> tuple[dict, str | None]:
     """The whole `text_completion` body, and the upstream's error message if it failed."""
-    counts = _Counts()
-    text = []
-    for ev in events:
-        if type(ev) is c.TextDelta:
-            text.append(ev.text)
-        elif type(ev) is c.UpstreamError:
-            return {}, ev.message
-        else:
-            counts.note(ev)
+    got = _gather(events)
+    if isinstance(got, str):
+        return {}, got
+    text, counts = got
     doc = {"id": id, "object": "text_completion", "created": created, "model": model,
-           "choices": [{"index": 0, "text": "".join(text), "logprobs": None,
+           "choices": [{"index": 0, "text": text, "logprobs": None,
                         "finish_reason": finish_reason(counts.fin)}]}
     usage = _usage_doc(counts.usage)
     if usage is not None:
@@ -175,16 +185,11 @@ class InfillStream(_Counts):
 
 
 def infill_whole(events: list[c.Event], *, model: str) -> tuple[dict, str | None]:
-    counts = _Counts()
-    text = []
-    for ev in events:
-        if type(ev) is c.TextDelta:
-            text.append(ev.text)
-        elif type(ev) is c.UpstreamError:
-            return {}, ev.message
-        else:
-            counts.note(ev)
-    return {"index": 0, "content": "".join(text), "stop": True, "model": model,
+    got = _gather(events)
+    if isinstance(got, str):
+        return {}, got
+    text, counts = got
+    return {"index": 0, "content": text, "stop": True, "model": model,
             **_infill_counts(counts.usage), **_stop_fields(counts.fin), "truncated": False}, None
 
 

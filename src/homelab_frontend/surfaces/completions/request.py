@@ -82,20 +82,22 @@ _INTS = ("seed", "top_k")
 def _sampling(raw: dict, out: dict, names: dict[str, str] | None = None) -> None:
     """Copy the sampling fields of `raw` into `out`, type-checked. `names`: the dialect's name
     for an OpenAI field (Ollama's options use the same names)."""
-    for key in _NUMBERS:
-        v = raw.get(key)
-        if v is None:
-            continue
-        if not _is_num(v):
-            raise _bad(key, f"expected a number, got {type(v).__name__}")
-        out[key] = v
-    for key in _INTS:
-        v = raw.get(key)
-        if v is None:
-            continue
-        if not _is_int(v):
-            raise _bad(key, f"expected an integer, got {type(v).__name__}")
-        out[key] = v
+    for keys, fits, kind in ((_NUMBERS, _is_num, "a number"), (_INTS, _is_int, "an integer")):
+        for key in keys:
+            v = raw.get(key)
+            if v is None:
+                continue
+            if not fits(v):
+                raise _bad(key, f"expected {kind}, got {type(v).__name__}")
+            out[key] = v
+
+
+def _optional(raw: dict, key: str, kind: type[str] | type[bool], path: str | None = None) -> Any:
+    """`raw[key]`: None when absent, else a `kind` (str or bool), or the error naming `path`."""
+    v = raw.get(key)
+    if v is not None and not isinstance(v, kind):
+        raise _bad(path or key, "expected a string" if kind is str else "expected true or false")
+    return v
 
 
 def _max_tokens(v: Any, path: str) -> int | None:
@@ -128,12 +130,8 @@ def parse_completions(body: bytes) -> TextCall:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise _bad("prompt", "required string field is missing")
-    suffix = raw.get("suffix")
-    if suffix is not None and not isinstance(suffix, str):
-        raise _bad("suffix", "expected a string")
-    stream = raw.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _bad("stream", "expected true or false")
+    suffix = _optional(raw, "suffix", str)
+    stream = _optional(raw, "stream", bool)
     for key in ("n", "best_of"):
         v = raw.get(key)
         if v is None:
@@ -152,9 +150,7 @@ def parse_completions(body: bytes) -> TextCall:
         params["stop"] = stop
     _sampling(raw, params)
     vllm_only = None
-    echo = raw.get("echo")
-    if echo is not None and not isinstance(echo, bool):
-        raise _bad("echo", "expected true or false")
+    echo = _optional(raw, "echo", bool)
     if echo:
         params["echo"] = True
         vllm_only = "echo"
@@ -166,9 +162,7 @@ def parse_completions(body: bytes) -> TextCall:
     if opts is not None:
         if not isinstance(opts, dict):
             raise _bad("stream_options", "expected an object")
-        iu = opts.get("include_usage")
-        if iu is not None and not isinstance(iu, bool):
-            raise _bad("stream_options.include_usage", "expected true or false")
+        iu = _optional(opts, "include_usage", bool, "stream_options.include_usage")
         include_usage = bool(iu)
     return TextCall("completions", model, bool(stream), prompt, suffix, params=params,
                     include_usage=include_usage, vllm_only=vllm_only,
@@ -199,14 +193,9 @@ def parse_infill(default_model: str | None):
         for i, ch in enumerate(extra):
             if not isinstance(ch, dict) or not isinstance(ch.get("text"), str):
                 raise _bad(f"input_extra[{i}].text", "required string field is missing")
-            if ch.get("filename") is not None and not isinstance(ch.get("filename"), str):
-                raise _bad(f"input_extra[{i}].filename", "expected a string")
-        prompt = raw.get("prompt")
-        if prompt is not None and not isinstance(prompt, str):
-            raise _bad("prompt", "expected a string")
-        stream = raw.get("stream")
-        if stream is not None and not isinstance(stream, bool):
-            raise _bad("stream", "expected true or false")
+            _optional(ch, "filename", str, f"input_extra[{i}].filename")
+        prompt = _optional(raw, "prompt", str)
+        stream = _optional(raw, "stream", bool)
         params: dict = {}
         n = raw.get("n_predict")
         if n is not None:
