@@ -66,7 +66,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
     seq = state.record(body, request.headers)
     if state.failing is not None and "abort_after" not in state.failing:
-        return _fail(request, flavour, state, seq)
+        return fail(request, flavour, state, seq)
     if not authorized(request, config.api_key):
         state.log.write(f"rejected status=401 seq={seq}")
         return json_response(flavour.unauthorized())
@@ -99,7 +99,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         state.stats.end()
 
 
-def _fail(request: web.Request, flavour: Flavour, state: StubState, seq: int) -> web.StreamResponse:
+def fail(request: web.Request, flavour: Flavour, state: StubState, seq: int) -> web.StreamResponse:
     """Fail the request as POST /stub/fail asked (a server that answers its probe, not its work)."""
     fail = state.failing or {}
     if fail.get("reset"):

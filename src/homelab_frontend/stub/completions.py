@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .chat import FLAVOUR, STATE, authorized, json_response
+from .chat import FLAVOUR, STATE, authorized, fail, json_response
 from .script import parse_directives, text_token_ids
 
 _encode = msgspec.json.encode
@@ -119,9 +119,7 @@ async def _begin(request: web.Request, path: str):
         return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
     seq = state.record(body, request.headers)
     if state.failing is not None and "abort_after" not in state.failing:
-        code = int(state.failing.get("status", 503))
-        state.log.write(f"rejected status={code} seq={seq}")
-        return json_response(flavour.error(code, str(state.failing.get("message") or f"stub error {code}")))
+        return fail(request, flavour, state, seq)  # as chat fails, a dropped connection included
     if path != "/infill" and not authorized(request, state.config.api_key):
         state.log.write(f"rejected status=401 seq={seq}")
         return json_response(flavour.unauthorized())
