@@ -11,7 +11,7 @@ from homelab_frontend.lifecycle.machine import Event, Goal
 from homelab_frontend.lifecycle.policy import State
 from homelab_frontend.lifecycle.unit import Managed
 
-from ._units import config
+from support.managed_config import config
 
 CFG = config(a={"preload": True}, b={})
 

@@ -13,7 +13,7 @@ from homelab_frontend.lifecycle.operator import OperatorApi
 from homelab_frontend.lifecycle.policy import State
 from homelab_frontend.lifecycle.unit import Managed
 
-from ._units import config
+from support.managed_config import config
 
 CFG = config(a={"idle_ttl_s": 300}, b={})
 

@@ -12,7 +12,7 @@ from homelab_frontend.lifecycle.policy import State
 from homelab_frontend.lifecycle.reload import reconcile
 from homelab_frontend.lifecycle.unit import Managed
 
-from ._units import config
+from support.managed_config import config
 
 
 def _reconciled(units, cfg):

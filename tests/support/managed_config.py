@@ -1,4 +1,4 @@
-"""Managed records for the lifecycle mixins' tests (operator.py, following.py, reload.py)."""
+"""Configs of managed backends for the lifecycle unit tests (operator.py, following.py, reload.py)."""
 
 from __future__ import annotations
 
