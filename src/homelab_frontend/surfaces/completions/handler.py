@@ -74,7 +74,9 @@ class TextTurn(Turn):
         if call.vllm_only and kinds - {"vllm"}:
             raise _bad(call.vllm_only, f"only a vLLM backend can return it, and model {route.client_model!r} "
                                        "is served by another kind of backend")
-        if call.suffix is not None and route.fim is None and not kinds & {"llamacpp", "ollama"}:
+        # Ollama fills its own template from `suffix`, but has nowhere to put /infill's extra chunks
+        takers = {"llamacpp"} if call.extra else {"llamacpp", "ollama"}
+        if call.suffix is not None and route.fim is None and not kinds & takers:
             raise self._no_fim()
 
     def _no_fim(self) -> GatewayError:

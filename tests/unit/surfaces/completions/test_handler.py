@@ -137,9 +137,6 @@ def test_a_completion_belongs_to_its_key_or_without_one_to_its_address():
     assert handler.client_of(request, SimpleNamespace(principal=SimpleNamespace(name=None))) == "addr:10.0.0.7"
 
 
-@pytest.mark.xfail(strict=True, reason="check() lets an /infill with input_extra and a suffix through to a model "
-                   "served only by Ollama without a FIM template; every backend then refuses it in _open "
-                   "(_no_fim), after a slot was taken (and a managed server possibly started)")
 def test_an_infill_with_extra_chunks_no_backend_can_take_is_refused_before_a_slot():
     call = TextCall(endpoint="infill", model="coder", stream=False, prompt="a", suffix="b",
                     extra=[{"filename": "x.py", "text": "import os\n"}])
