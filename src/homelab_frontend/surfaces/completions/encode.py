@@ -86,8 +86,14 @@ class TextStream(_Counts):
         super().__init__()
         self.head = {"id": id, "object": "text_completion", "created": created, "model": model}
         self.include_usage = include_usage
+        # per token only the text is encoded: the fixed head and the choice's frame are bytes once
+        head = _encode(self.head)[:-1]
+        self._open = b"data: " + head + b',"choices":[{"index":0,"text":'
+        self._token_end = b',"logprobs":null,"finish_reason":null}]}\n\n'
 
     def _chunk(self, text: str, finish: str | None) -> bytes:
+        if finish is None:
+            return self._open + _encode(text) + self._token_end
         return _sse({**self.head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]})
 
     def feed(self, ev: c.Event) -> bytes:

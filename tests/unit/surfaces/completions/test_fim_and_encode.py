@@ -72,3 +72,14 @@ def test_infill_stream_ends_with_its_stop_object():
     docs = [json.loads(f) for f in _frames(out)]
     assert [d["stop"] for d in docs] == [False, True]
     assert docs[-1]["stop_type"] == "limit" and docs[-1]["tokens_predicted"] == 1 and docs[-1]["model"] == "m"
+
+
+@given(st.text(), st.text(), st.integers(0, 2**40))
+def test_a_streamed_tokens_chunk_is_the_whole_chunk_encoded(text, model, created):
+    """The per-token chunk is built from bytes encoded once; it must be what encoding the whole
+    chunk would give, whatever the text and the model name hold (quotes, U+2028, newlines)."""
+    from homelab_frontend.surfaces.completions.encode import _sse
+
+    enc = TextStream(id="cmpl-1", created=created, model=model, include_usage=False)
+    whole = {**enc.head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}]}
+    assert enc.feed(c.TextDelta(text)) == _sse(whole)
