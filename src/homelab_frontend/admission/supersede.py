@@ -51,12 +51,9 @@ class Supersede:
     def __len__(self) -> int:
         return len(self._latest)
 
-    def replace(self, client: str, model: str, handle: Cancellable) -> bool:
+    def replace(self, client: str, model: str, handle: Cancellable) -> Cancellable | None:
         """Record `handle` as the client's newest completion on `model`; cancel the one before
-        it, if it still runs. -> whether one was cancelled."""
-        return self._swap(client, model, handle) is not None
-
-    def _swap(self, client: str, model: str, handle: Cancellable) -> Cancellable | None:
+        it, if it still runs. -> the one cancelled, if any (`latest` waits for it to end)."""
         key = (client, model)
         prev = self._latest.get(key)
         self._latest[key] = handle
@@ -78,7 +75,7 @@ class Supersede:
         one goes on once it has ended (at most END_WAIT_S): a queued one has left the queue, a
         generating one has given back its slot and its key's concurrency hold, so this one
         queues behind no stale work and is not refused for the key's `max_concurrent`."""
-        prev = self._swap(client, model, handle)
+        prev = self.replace(client, model, handle)
         if prev is not None:
             task = getattr(prev, "task", None)
             if isinstance(task, asyncio.Task) and not task.done() and task is not asyncio.current_task():

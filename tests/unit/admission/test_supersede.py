@@ -25,10 +25,10 @@ class Handle:
 def test_a_new_completion_cancels_the_previous_one_of_its_client_and_model():
     s = Supersede()
     a, b, c, d = Handle(), Handle(), Handle(), Handle()
-    assert s.replace("alice", "coder", a) is False
-    assert s.replace("bob", "coder", b) is False  # another client
-    assert s.replace("alice", "other", c) is False  # another model
-    assert s.replace("alice", "coder", d) is True
+    assert s.replace("alice", "coder", a) is None
+    assert s.replace("bob", "coder", b) is None  # another client
+    assert s.replace("alice", "other", c) is None  # another model
+    assert s.replace("alice", "coder", d) is a
     assert a.cancels == [("superseded", MESSAGE)] and not b.cancels and not c.cancels and not d.cancels
     assert s.superseded == 1
 
@@ -39,7 +39,7 @@ def test_an_ended_request_is_forgotten_and_not_cancelled_later():
     s.replace("k", "m", a)
     s.done("k", "m", a)
     assert len(s) == 0
-    assert s.replace("k", "m", b) is False and not a.cancels
+    assert s.replace("k", "m", b) is None and not a.cancels
     s.done("k", "m", a)  # a late `done` of a replaced request leaves the newest in place
     assert len(s) == 1
 
