@@ -56,10 +56,10 @@ async def _sleep_ms(ms: float) -> None:
         await asyncio.sleep(ms / 1000)
 
 
-async def handle_chat(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    flavour = request.app[FLAVOUR]
-    config = state.config
+async def begin(request: web.Request, *, keyed: bool = True):
+    """Every generation's opening: read, record, fail as /stub/fail asks, check the key (llama.cpp's
+    /infill takes none: `keyed=False`). -> (body, seq), or the Response that ends it."""
+    state, flavour = request.app[STATE], request.app[FLAVOUR]
     try:
         body = msgspec.json.decode(await request.read())
     except msgspec.DecodeError as exc:
@@ -67,9 +67,20 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     seq = state.record(body, request.headers)
     if state.failing is not None and "abort_after" not in state.failing:
         return fail(request, flavour, state, seq)
-    if not authorized(request, config.api_key):
+    if keyed and not authorized(request, state.config.api_key):
         state.log.write(f"rejected status=401 seq={seq}")
         return json_response(flavour.unauthorized())
+    return body, seq
+
+
+async def handle_chat(request: web.Request) -> web.StreamResponse:
+    begun = await begin(request)
+    if isinstance(begun, web.StreamResponse):
+        return begun
+    body, seq = begun
+    state = request.app[STATE]
+    flavour = request.app[FLAVOUR]
+    config = state.config
     prepared = _prepare(request, flavour, state, body, seq)
     if isinstance(prepared, Rejection):
         state.log.write(f"rejected status={prepared.status} seq={seq}")

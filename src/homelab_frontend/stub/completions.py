@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from .chat import FLAVOUR, STATE, authorized, fail, json_response
+from .chat import FLAVOUR, STATE, begin, json_response
 from .script import parse_directives, text_token_ids
 
 _encode = msgspec.json.encode
@@ -111,18 +111,12 @@ def _timings(prompt: int, predicted: int) -> dict:
 
 
 async def _begin(request: web.Request, path: str):
-    """Read, record and check a request. -> (body, seq) or a Response."""
-    state, flavour = request.app[STATE], request.app[FLAVOUR]
-    try:
-        body = msgspec.json.decode(await request.read())
-    except msgspec.DecodeError as exc:
-        return json_response(flavour.error(400, f"Invalid JSON body: {exc}"))
-    seq = state.record(body, request.headers)
-    if state.failing is not None and "abort_after" not in state.failing:
-        return fail(request, flavour, state, seq)  # as chat fails, a dropped connection included
-    if path != "/infill" and not authorized(request, state.config.api_key):
-        state.log.write(f"rejected status=401 seq={seq}")
-        return json_response(flavour.unauthorized())
+    """Chat's opening (chat.begin), and a body that must be an object. -> (body, seq) or a Response."""
+    begun = await begin(request, keyed=path != "/infill")
+    if isinstance(begun, web.StreamResponse):
+        return begun
+    body, seq = begun
+    flavour = request.app[FLAVOUR]
     if not isinstance(body, dict):
         return json_response(flavour.error(400, "The request body must be a JSON object"))
     return body, seq
