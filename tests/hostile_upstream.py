@@ -31,6 +31,9 @@ Faults (model name -> what happens):
     spaced         a valid answer written by json.dumps (spaces), model "internal/secret.gguf"
     interleaved    two tool calls whose arguments come interleaved: call 0 starts, call 1 starts,
                    then call 0's arguments, then call 1's (stream only; whole: a valid answer)
+    think-merged   vLLM 0.32's deepseek_r1 parser on a busy machine: `<think>` merged into the
+                   first reasoning delta ("<think>Two and two"), then " make four.", then the
+                   content "Four." (stream only; whole: a valid answer)
     good           a valid short answer
 
 An embeddings request (`POST .../embeddings`) answers 200 with a well-formed list, whose vectors
@@ -197,7 +200,13 @@ async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, st
                 + _chunk(model, call(1, arguments='{"b":2}')) + _chunk(model, {}, "tool_calls") + b"data: [DONE]\n\n")
         await _whole(w, 200, body, sse)
         return
-    else:  # good, spaced, interleaved (whole)
+    elif model == "think-merged" and stream:
+        body = (_chunk(model, {"role": "assistant", "content": ""}) + _chunk(model, {"reasoning": "<think>Two and two"})
+                + _chunk(model, {"reasoning": " make four."}) + _chunk(model, {"content": "Four."})
+                + _chunk(model, {}, "stop") + b"data: [DONE]\n\n")
+        await _whole(w, 200, body, sse)
+        return
+    else:  # good, spaced, interleaved and think-merged (whole)
         spaced = model == "spaced"
         name = "internal/secret.gguf" if spaced else model
         if stream:

@@ -37,6 +37,11 @@ Quirks handled (and the choices made)
 * Reasoning: `delta.reasoning` (vLLM >= 0.11.1, Ollama) else `delta.reasoning_content`
   (vLLM <= 0.15 compat alias, llama.cpp). When both are present only `reasoning` is used, so the
   text is emitted once. An empty string is treated as absent (never an event for "").
+  The first reasoning text of an answer loses a leading `<think>` (`strip_think`): vLLM's
+  think-tag parsers (deepseek_r1 among them, 0.32) put the tag into the reasoning when it arrives
+  in one delta with the next tokens, which happens when its API server falls behind the engine
+  (a busy machine) and merges steps; a whole answer never has it (vLLM partitions it off), so a
+  stream now says what the same answer unstreamed says.
 * Tool calls: fragments are keyed by the upstream `index`; the canonical `ToolCallStart.index` is
   assigned by the decoder in start order (0, 1, 2, ...), so the encoder can rely on it. The first
   fragment that carries a `name` starts the call (`ToolCallStart(index, id or "", name)`; an id
@@ -64,6 +69,7 @@ Quirks handled (and the choices made)
 
 from __future__ import annotations
 
+import json
 from typing import Literal, Union
 
 import msgspec
@@ -241,7 +247,7 @@ class _Call:
 class ChunkDecoder:
     """Decodes one upstream chat-completion stream, chunk by chunk (see the module docstring)."""
 
-    __slots__ = ("done", "finished", "_calls", "_pending", "_next_index", "_last_key", "_anon")
+    __slots__ = ("done", "finished", "_calls", "_pending", "_next_index", "_last_key", "_anon", "_thought")
 
     def __init__(self) -> None:
         self.done = False  # `[DONE]` seen
@@ -251,6 +257,7 @@ class ChunkDecoder:
         self._next_index = 0  # next canonical tool-call index
         self._last_key: int | None = None
         self._anon = -1  # synthetic keys for index-less calls: -1, -2, ...
+        self._thought = False  # reasoning seen (only the first may carry a stray <think>)
 
     def feed(self, payload: bytes) -> list[Event]:
         if self.done:
@@ -290,7 +297,11 @@ class ChunkDecoder:
         if delta is not None:
             r = delta.reasoning or delta.reasoning_content
             if r:
-                out.append(ReasoningDelta(r))
+                if not self._thought:
+                    self._thought = True
+                    r = r[len(THINK_TAG):] if r.startswith(THINK_TAG) else r
+                if r:
+                    out.append(ReasoningDelta(r))
             if delta.tool_calls:
                 later = self._tool_calls(delta.tool_calls, out)
                 if delta.content:
@@ -382,6 +393,22 @@ def validate_completion(body: bytes) -> _Chunk:
     if chunk.choices[0].message is None:
         raise Malformed("upstream body is not a chat completion: choices[0] has no message")
     return chunk
+
+
+THINK_TAG = "<think>"
+
+
+def strip_think(payload: bytes) -> bytes:
+    """A chunk whose reasoning starts with a stray `<think>` (see the module docstring), without
+    it: re-encoded, for a surface that relays the upstream's own chunks. Rare (once per answer at
+    most), so a plain JSON round trip; the chunk's other fields and their order are kept."""
+    doc = json.loads(payload)
+    delta = doc["choices"][0]["delta"]
+    for key in ("reasoning", "reasoning_content"):
+        text = delta.get(key)
+        if isinstance(text, str) and text.startswith(THINK_TAG):
+            delta[key] = text[len(THINK_TAG):]
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def decode_completion(body: bytes) -> list[Event]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from homelab_frontend.canonical import (
     Finish,
@@ -13,7 +17,7 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.upstream.decode import ChunkDecoder, decode_completion
+from homelab_frontend.upstream.decode import ChunkDecoder, decode_completion, strip_think
 
 
 def feed_all(payloads: list[bytes]) -> tuple[ChunkDecoder, list]:
@@ -83,6 +87,42 @@ def test_vllm_compat_both_reasoning_keys_emitted_once():
     # differing: `reasoning` wins, emitted once
     p = b'{"choices":[{"index":0,"delta":{"reasoning":"A","reasoning_content":"B"}}]}'
     assert ChunkDecoder().feed(p) == [ReasoningDelta("A")]
+
+
+def _reasoning_chunk(text: str, key: str = "reasoning") -> bytes:
+    return json.dumps({"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "reasoning",
+                       "choices": [{"index": 0, "delta": {key: text}, "logprobs": None, "finish_reason": None}]},
+                      separators=(",", ":")).encode()
+
+
+def test_vllm_stray_think_tag_in_a_merged_first_delta_is_dropped():
+    # vLLM 0.32's deepseek_r1 parser, when <think> arrives with the next tokens in one delta (its
+    # API server merged engine steps on a busy machine): the tag lands in the reasoning
+    dec = ChunkDecoder()
+    assert dec.feed(_reasoning_chunk("<think>Two and two")) == [ReasoningDelta("Two and two")]
+    # only the first reasoning text of an answer: later text is the model's own words
+    assert dec.feed(_reasoning_chunk("<think> again")) == [ReasoningDelta("<think> again")]
+    # the tag alone: no event for the empty rest, and the next text is kept whole
+    dec = ChunkDecoder()
+    assert dec.feed(_reasoning_chunk("<think>")) == []
+    assert dec.feed(_reasoning_chunk("<think>x")) == [ReasoningDelta("<think>x")]
+    # the compat key too, and a whole answer the same way
+    assert ChunkDecoder().feed(_reasoning_chunk("<think>Hm", "reasoning_content")) == [ReasoningDelta("Hm")]
+    body = (b'{"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant",'
+            b'"reasoning":"<think>Hm","content":"Hi"},"finish_reason":"stop"}]}')
+    assert decode_completion(body) == [ReasoningDelta("Hm"), TextDelta("Hi"), Finish("stop")]
+
+
+@given(st.text(max_size=40), st.sampled_from(["reasoning", "reasoning_content"]))
+def test_strip_think_drops_the_tag_and_keeps_the_rest_of_the_chunk(rest, key):
+    chunk = _reasoning_chunk("<think>" + rest, key)
+    out = strip_think(chunk)
+    doc, want = json.loads(out), json.loads(chunk)
+    want["choices"][0]["delta"][key] = rest
+    assert doc == want and list(doc) == list(want)  # the same fields, in the same order
+    # what the relay sends is what the translating surfaces' decoder reads (one tag at most)
+    if not rest.startswith("<think>"):
+        assert ChunkDecoder().feed(out) == ([ReasoningDelta(rest)] if rest else [])
 
 
 def test_vllm_old_reasoning_content_only():

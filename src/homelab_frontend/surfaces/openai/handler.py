@@ -27,11 +27,13 @@ from ...request.exchange import Exchange, client_gone
 from ...request.outcome import DONE
 from ...request.tracker import GENERATING, Tracked
 from ...upstream.decode import (
+    THINK_TAG,
     ChunkMalformed,
     ErrorBody,
     Malformed,
     chunk_error,
     decode_chunk,
+    strip_think,
     validate_completion,
 )
 from ...upstream.client import UpstreamFailure
@@ -153,6 +155,7 @@ async def _whole_from_stream(ex: Exchange, req, t: Tracked, continuous: bool) ->
 async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: ModelRewriter,
                  client_wants_usage: bool) -> None:
     done = False
+    thought = False  # reasoning seen: only the first may carry vLLM's stray <think> (strip_think)
     failure: str | None = None
     failure_type = "api_error"
     fold = UsageFold(t, ex)
@@ -172,6 +175,12 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
                 except ChunkMalformed as err:
                     failure = f"the backend sent a malformed chunk: {clean_message(str(err))}"
                     break
+                if not thought and info.choices and (d := info.choices[0].delta) is not None:
+                    r = d.reasoning or d.reasoning_content
+                    if r:
+                        thought = True
+                        if r.startswith(THINK_TAG):
+                            payload = strip_think(payload)
                 renamed = payload.replace(needle, repl)
                 if renamed is payload:  # not compact, or another name: the exact way
                     renamed = rewrite.miss(payload)
