@@ -1,6 +1,7 @@
-"""No generation outlives its client on the real vLLM, judged by vLLM's own evidence: its running
-gauge (`vllm:num_requests_running` on /metrics) and its log ("Aborted request(s) ..." with
---enable-log-requests). A stream cut mid-generation in each dialect, a plain request whose client
+"""No generation outlives its client on the real vLLM, judged by vLLM's own evidence: its counters
+(`vllm:num_requests_running` back to 0, `vllm:generation_tokens_total` short of what the request
+would have run to) and its log ("Aborted request(s) ..." with --enable-log-requests: best effort in
+vLLM, so read only as "no more aborts than expected"; VllmServer.aborted says why). A stream cut mid-generation in each dialect, a plain request whose client
 leaves while vLLM generates, and one that leaves while queued in the gateway (both slots held):
 that one never reaches vLLM. And the dashboard's "backend running" figure is vLLM's own.
 """
@@ -8,7 +9,6 @@ that one never reaches vLLM. And the dashboard's "backend running" figure is vLL
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
 
@@ -49,27 +49,23 @@ class Holder(HeldStream):
                          started=lambda got, total: total > 600)
 
 
-def _aborted_within(vllm, before: int, n: int, running: int, budget: float = 3.0) -> float:
-    """Seconds until vLLM logged `n` more aborts and runs `running` requests; fails after `budget`."""
-    t0 = time.monotonic()
-    while True:
-        got, now = len(vllm.aborted()) - before, vllm.running()
-        if got == n and now == running:
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > budget:
-            raise AssertionError(f"{budget:g} s after the client left, vLLM logged {got} aborts (expected {n}) "
-                                 f"and runs {now} (expected {running}):\n{vllm.log_text()[-2000:]}")
-        time.sleep(0.05)
+def _aborted(vllm, before: int, gen0: float, n: int, limit: float) -> float:
+    """vLLM stopped the `n` requests short (running 0, fewer than `limit` tokens generated since
+    `gen0`: its counters, see VllmServer.stopped_short) and logged no more than `n` aborts (its log
+    lines are best effort). Returns the seconds until it ran none."""
+    took, spent = vllm.stopped_short(gen0, limit)
+    logged = len(vllm.aborted()) - before
+    assert logged <= n, f"vLLM logged {logged} aborts (expected {n} at most)"
+    return took
 
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini", "ollama"])
 def test_a_stream_cut_mid_generation_is_aborted_in_vllm(vllm_gw, idle_vllm, dialect):
     vllm = idle_vllm
-    before, gen0 = len(vllm.aborted()), vllm.metrics().get("vllm:generation_tokens_total", 0)
+    before, gen0 = len(vllm.aborted()), vllm.generated()
     path, body = _body(dialect, True)
     post_and_vanish(vllm_gw.url + path, body, after_bytes=1500)
-    took = _aborted_within(vllm, before, 1, running=0)
-    assert vllm.metrics().get("vllm:generation_tokens_total", 0) - gen0 < 800  # it did not run to the end
+    took = _aborted(vllm, before, gen0, 1, limit=800)  # an orphan runs to all 800
     wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
     rec = wait_for(lambda: [r for r in vllm_gw.access_log() if r.get("outcome", "").startswith("cancelled")], 5)
     assert rec[-1]["outcome"] == "cancelled_streaming"
@@ -79,20 +75,20 @@ def test_a_stream_cut_mid_generation_is_aborted_in_vllm(vllm_gw, idle_vllm, dial
 @pytest.mark.parametrize("dialect", ["openai", "anthropic", "gemini"])
 def test_a_plain_request_whose_client_leaves_is_aborted_in_vllm(vllm_gw, idle_vllm, dialect):
     vllm = idle_vllm
-    before = len(vllm.aborted())
+    before, gen0 = len(vllm.aborted()), vllm.generated()
     path, body = _body(dialect, False)
     addr, req = _request_bytes(vllm_gw.url + path, body)
     sock = socket.create_connection(addr, timeout=120)
     sock.sendall(req)
     wait_for(lambda: vllm.running() == 1, timeout=60, interval=0.05)  # vLLM is generating it
     sock.close()
-    _aborted_within(vllm, before, 1, running=0)
+    _aborted(vllm, before, gen0, 1, limit=800)
     wait_for(lambda: vllm_gw.admin()["backends"]["vllm"]["in_use"] == 0, timeout=5)
 
 
 def test_a_request_whose_client_leaves_while_queued_never_reaches_vllm(vllm_gw, idle_vllm):
     vllm = idle_vllm
-    before = len(vllm.aborted())
+    before, gen0 = len(vllm.aborted()), vllm.generated()
     received = vllm.log_text().count("Received request")
     holders = [Holder(vllm_gw) for _ in range(SLOTS)]
     try:
@@ -109,7 +105,7 @@ def test_a_request_whose_client_leaves_while_queued_never_reaches_vllm(vllm_gw, 
     finally:
         for h in holders:
             h.close()
-    _aborted_within(vllm, before, SLOTS, running=0)
+    _aborted(vllm, before, gen0, SLOTS, limit=SLOTS * 800)
     queued = [r for r in vllm_gw.access_log() if r.get("outcome") == "cancelled_queued"]
     assert len(queued) >= 5
 
