@@ -9,18 +9,24 @@ One rule: a work unit is an xdist group, and every test belongs to one.
 - Every other test gets its module's path as its group, so a module's fixtures (a module-scoped
   gateway, a stub) start once and its tests run in file order, on one worker, as they do serially.
 
-And one order: the controller hands out the groups slowest first (by the previous run's time,
-from pytest's cache; on a fresh clone, by the number of tests, xdist's own order), so a long
-module is not the last one started while the other workers idle.
+And one order: the controller hands out the groups slowest first, so a long module (a real
+server's start and its tests) is not the last one started while the other workers idle. The
+seconds are the previous run's, from pytest's cache; a fresh clone (CI) has none, so it takes
+GROUP_SECONDS, a measured run's figures kept beside this file (`python tests/xdist_groups.py`
+writes them from the cache after a `make test`); a group neither knows goes first.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 # session-scoped fixture name -> group: a real server that every test using it shares
 SHARED_SERVERS = {"llama": "llama", "vllm": "vllm"}
 CACHE_KEY = "homelab-frontend/xdist-group-seconds"
+GROUP_SECONDS = Path(__file__).with_name("xdist_group_seconds.json")
 
 
 def group_of(item: pytest.Item) -> str:
@@ -87,7 +93,7 @@ def make_scheduler(config: pytest.Config, log):
     from xdist.scheduler import LoadGroupScheduling
 
     cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
-    seconds: dict[str, float] = cache.get(CACHE_KEY, {}) if cache is not None else {}
+    seconds: dict[str, float] = {**kept_seconds(), **(cache.get(CACHE_KEY, {}) if cache is not None else {})}
 
     class SlowestFirst(LoadGroupScheduling):
         _ordered = False
@@ -125,3 +131,23 @@ class GroupClock:
             known = self.config.cache.get(CACHE_KEY, {})
             known.update({g: round(s, 2) for g, s in self.seconds.items()})
             self.config.cache.set(CACHE_KEY, known)
+
+
+def kept_seconds() -> dict[str, float]:
+    try:
+        return json.loads(GROUP_SECONDS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def keep_cached_seconds(root: Path) -> int:
+    """Writes GROUP_SECONDS from the cache of the last run at `root` (its slowest groups matter;
+    the rest are kept too, rounded, so that a new module is the only unknown)."""
+    cached = root / ".pytest_cache" / "v" / CACHE_KEY
+    seconds = json.loads(cached.read_text())
+    GROUP_SECONDS.write_text(json.dumps({g: round(s, 1) for g, s in sorted(seconds.items())}, indent=0) + "\n")
+    return len(seconds)
+
+
+if __name__ == "__main__":
+    print(f"{keep_cached_seconds(Path(__file__).resolve().parents[1])} groups written to {GROUP_SECONDS}")
