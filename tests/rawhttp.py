@@ -11,6 +11,8 @@ import urllib.request
 from typing import Callable
 from urllib.parse import urlsplit
 
+WHEN_TIMEOUT_S = 60.0  # post_and_vanish's wait for its evidence: generous, the machine may be busy
+
 
 def _request_bytes(url: str, body: dict | bytes, headers: dict | None = None) -> tuple[tuple[str, int], bytes]:
     parts = urlsplit(url)
@@ -63,15 +65,24 @@ def _dechunk(data: bytes) -> bytes:
 
 
 def post_and_vanish(url: str, body: dict, *, after_bytes: int = 0, after_s: float = 0.0,
-                    until: bytes | None = None, headers: dict | None = None, rst: bool = False) -> bytes:
+                    until: bytes | None = None, when: Callable[[], object] | None = None,
+                    headers: dict | None = None, rst: bool = False) -> bytes:
     """Send a request, read until `after_bytes` of response arrived, or the bytes `until`
     (or `after_s` passed), then drop the connection the way a killed client does. -> what was
-    read."""
+    read. `when`: first wait until `when()` holds (the evidence that the request is where the
+    test means it to be when its client leaves: queued in the gateway, say); `after_s` then
+    counts from there."""
     addr, req = _request_bytes(url, body, headers)
     s = socket.create_connection(addr, timeout=30)
     try:
         s.sendall(req)
         got = b""
+        if when is not None:
+            give_up = time.monotonic() + WHEN_TIMEOUT_S
+            while not when():
+                if time.monotonic() > give_up:
+                    raise AssertionError(f"the request never got there within {WHEN_TIMEOUT_S:g} s")
+                time.sleep(0.02)
         deadline = time.monotonic() + after_s
         if after_bytes or until is not None:
             while len(got) < after_bytes or (until is not None and until not in got):

@@ -228,9 +228,9 @@ def _upstream_tool_messages(stub) -> list[dict]:
 def _idle(stack: Stack) -> None:
     """Every slot back and nothing left running, at the gateway and at both stubs."""
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    wait_for(lambda: not stack.gateway.admin(headers)["requests"], timeout=5)
-    wait_for(lambda: all(b["in_use"] == 0 for b in stack.gateway.admin(headers)["backends"].values()), timeout=5)
-    wait_for(lambda: stack.vllm.stats()["in_flight"] == 0 and stack.ollama.stats()["in_flight"] == 0, timeout=5)
+    wait_for(lambda: not stack.gateway.admin(headers)["requests"], timeout=30)
+    wait_for(lambda: all(b["in_use"] == 0 for b in stack.gateway.admin(headers)["backends"].values()), timeout=30)
+    wait_for(lambda: stack.vllm.stats()["in_flight"] == 0 and stack.ollama.stats()["in_flight"] == 0, timeout=30)
 
 
 def _has_late_system(messages: list[dict]) -> bool:

@@ -134,6 +134,10 @@ def test_streaming_client_leaves_before_the_first_token(idle_llama, llama_gw):
     print(f"before the first token: stopped after {max(took):.3f} s, {max(STEPS_SEEN):g} decode steps at most")
 
 
+def _queued(gw) -> int:
+    return gw.admin()["backends"]["llama"]["queued"]
+
+
 def test_client_leaves_while_queued(idle_llama, llama_gw):
     """Both gateway slots busy: a third request waits in the gateway's queue and its client
     leaves. It must never reach llama.cpp (no deferred request there, never a third slot)."""
@@ -144,10 +148,12 @@ def test_client_leaves_while_queued(idle_llama, llama_gw):
     try:
         for i in range(REPS):
             path, body = _body("openai" if i % 2 == 0 else "anthropic", stream=bool(i % 3), max_tokens=50)
-            post_and_vanish(llama_gw.base + path, body, after_s=rng.uniform(0.05, 0.5))
+            # it leaves once the gateway shows it queued (the evidence), after a varied stay there
+            post_and_vanish(llama_gw.base + path, body, when=lambda: _queued(llama_gw) == 1,
+                            after_s=rng.uniform(0.0, 0.45))
             # the gateway lets go of the queued request (a prompt release is timed by the stub
             # tests; here the point is that llama.cpp never sees it)
-            wait_for(lambda: llama_gw.admin()["backends"]["llama"]["queued"] == 0, 30)
+            wait_for(lambda: _queued(llama_gw) == 0, 30)
             m = llama.metrics()
             assert m.get("llamacpp:requests_deferred", 0) == 0, m
             assert llama.processing() == 2

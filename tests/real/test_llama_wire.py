@@ -220,10 +220,10 @@ def test_admin_shows_llama_cpps_own_running_count(llama_gw, idle_llama):
                                  headers={"content-type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as resp:
         resp.readline()
-        seen = wait_for(lambda: llama_gw.admin()["backends"]["llama"]["upstream_running"] == 1, timeout=5)
+        seen = wait_for(lambda: llama_gw.admin()["backends"]["llama"]["upstream_running"] == 1, timeout=30)
         assert seen
         assert llama_gw.admin()["backends"]["llama"]["slot_mismatch"] == 0
-    wait_for(lambda: llama_gw.admin()["backends"]["llama"]["upstream_running"] == 0, timeout=5)
+    wait_for(lambda: llama_gw.admin()["backends"]["llama"]["upstream_running"] == 0, timeout=30)
 
 
 def test_plain_requests_right_after_streams_never_meet_a_stale_connection(llama_gw, idle_llama):
