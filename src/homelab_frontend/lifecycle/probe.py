@@ -62,6 +62,8 @@ class Prober:
     async def is_sleeping(self, b: cfgmod.Backend) -> bool | None:
         try:
             async with self.session().get(f"{root_url(b)}/is_sleeping") as r:
+                if r.status != 200:  # a 404's {"detail": ...} (no dev mode) says nothing of sleep
+                    return None
                 doc = await r.json(content_type=None)
                 return bool(doc.get("is_sleeping")) if isinstance(doc, dict) else None
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):

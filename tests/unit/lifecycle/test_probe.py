@@ -57,10 +57,14 @@ class Odd:
         async def text(request):
             return web.Response(text="yes")
 
+        async def not_found(request):  # FastAPI's 404, as a vLLM without VLLM_SERVER_DEV_MODE answers
+            return web.json_response({"detail": "Not Found"}, status=404)
+
         app = web.Application()
         app.router.add_get("/v1/models", error)
         app.router.add_get("/list/is_sleeping", a_list)
         app.router.add_get("/text/is_sleeping", text)
+        app.router.add_get("/missing/is_sleeping", not_found)
         for path in ("/hang/v1/models", "/hang/is_sleeping"):
             app.router.add_get(path, hang)
         app.router.add_post("/hang/sleep", hang)
@@ -171,6 +175,7 @@ def test_is_sleeping_is_none_when_the_answer_cannot_tell(monkeypatch):
             async with Odd() as odd:
                 assert await prober.is_sleeping(_backend(odd.url + "/list/v1")) is None
                 assert await prober.is_sleeping(_backend(odd.url + "/text/v1")) is None
+                assert await prober.is_sleeping(_backend(odd.url + "/missing/v1")) is None
                 monkeypatch.setattr(probe, "TIMEOUT_S", 0.3)  # read when a session is made
                 await prober.close()
                 assert await prober.is_sleeping(_backend(odd.url + "/hang/v1")) is None
