@@ -3,8 +3,10 @@ the real servers send it, with the same timing, cancellation log and stats as th
 (chat.py): one `request` line, then `completed ... tokens=N` or `cancelled ... after N tokens`.
 
 The answer is `max_tokens` (or `n_predict`; else a `[stub content=N]` directive in the prompt, else
-16) words ` c1 c2 ...`, one token each, `token_delay_ms` (or `[stub delay_ms=N]`) apart, cut at a
-stop string. The prompt counts one token per word (script.text_token_ids), as /tokenize does.
+16) words ` c1 c2 ...`, one token each, `token_delay_ms` (or `[stub delay_ms=N]`) apart, cut where
+a stop string begins, as the real servers cut the text (stop `c3` leaves ` c1 c2 `; the token that
+completed the stop is not counted). A stop spanning two tokens keeps the earlier token, which was
+sent before the stop could be seen (vLLM holds such a prefix back; the stub does not). The prompt counts one token per word (script.text_token_ids), as /tokenize does.
 
 Wire shapes, per flavour:
 * vLLM: `cmpl-<hex>` ids, chunks with `logprobs: null`, `stop_reason` on the finish chunk (the stop
@@ -81,8 +83,13 @@ class _Gen:
                 await asyncio.sleep(self.delay_ms / 1000)
             piece = f" c{i}"
             for s in self.stops:
-                if s in self.text + piece:
+                at = (self.text + piece).find(s)
+                if at >= 0:
                     self.stopped_by = s
+                    head = piece[: max(0, at - len(self.text))]  # this token's text before the stop
+                    if head:
+                        self.text += head
+                        yield head
                     return
             self.sent += 1
             self.text += piece
