@@ -31,6 +31,8 @@ Faults (model name -> what happens):
     spaced         a valid answer written by json.dumps (spaces), model "internal/secret.gguf"
     interleaved    two tool calls whose arguments come interleaved: call 0 starts, call 1 starts,
                    then call 0's arguments, then call 1's (stream only; whole: a valid answer)
+    slow-eof       a valid answer whose body ends 0.3 s after its last frame (`[DONE]`; whole: the
+                   JSON): a server slow to close its chunked body (stream only)
     think-merged   vLLM 0.32's deepseek_r1 parser on a busy machine: `<think>` merged into the
                    first reasoning delta ("<think>Two and two"), then " make four.", then the
                    content "Four." (stream only; whole: a valid answer)
@@ -200,6 +202,12 @@ async def _chat(r: asyncio.StreamReader, w: asyncio.StreamWriter, model: str, st
                 + _chunk(model, call(1, arguments='{"b":2}')) + _chunk(model, {}, "tool_calls") + b"data: [DONE]\n\n")
         await _whole(w, 200, body, sse)
         return
+    elif model == "slow-eof" and stream:
+        w.write(_head(200, sse) + _chunked(_chunk(model, {"role": "assistant", "content": "ok"}))
+                + _chunked(_chunk(model, {}, "stop")) + _chunked(b"data: [DONE]\n\n"))
+        await w.drain()
+        await asyncio.sleep(0.3)
+        w.write(_chunked(b""))
     elif model == "think-merged" and stream:
         body = (_chunk(model, {"role": "assistant", "content": ""}) + _chunk(model, {"reasoning": "<think>Two and two"})
                 + _chunk(model, {"reasoning": " make four."}) + _chunk(model, {"content": "Four."})

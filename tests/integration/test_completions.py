@@ -120,16 +120,17 @@ def test_plain_completion_echoes_the_model_and_the_backends_usage(client, vllm):
 
 
 def test_stream_with_include_usage(client, gw):
-    chunks = list(client.completions.create(model="raw", prompt=["x = 1"], max_tokens=4, stream=True,
-                                            stream_options={"include_usage": True}, stop=["c3"]))
+    raw = client.completions.with_raw_response.create(model="raw", prompt=["x = 1"], max_tokens=4, stream=True,
+                                                      stream_options={"include_usage": True}, stop=["c3"])
+    rid = raw.headers["request-id"]  # its own access-log line (an earlier test's stream of "raw" was cancelled)
+    chunks = list(raw.parse())
     text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
-    assert text == " c1 c2"
+    assert text == " c1 c2 "  # cut where the stop begins, as vLLM cuts
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 2
     assert all(ch.model == "raw" for ch in chunks)
-    line = wait_for(lambda: [r for r in gw.access_log() if r.get("dialect") == "completions"
-                             and r.get("model") == "raw" and r.get("stream")], timeout=10)[-1]
-    assert line["outcome"] == "ok" and line["tokens_out"] == 2 and line["tokens_in"] == 3
+    line, = wait_for(lambda: [r for r in gw.access_log() if r.get("id") == rid], timeout=10)
+    assert line["outcome"] == "ok" and line["tokens_out"] == 2 and line["tokens_in"] == 3, line
 
 
 def test_stream_without_include_usage_has_no_usage_chunk(gw):
@@ -381,7 +382,7 @@ def test_ollama_raw_generate_sends_the_prompt_verbatim(oc, vllm):
 def test_ollama_generate_suffix_through_the_template_streamed(oc, vllm):
     parts = list(oc.generate(model=CODER, prompt="def f():", suffix="return 1", raw=True,
                              options={"num_predict": 4, "stop": ["c4"]}, stream=True))
-    assert "".join(p.response for p in parts) == " c1 c2 c3"
+    assert "".join(p.response for p in parts) == " c1 c2 c3 "
     last = parts[-1]
     assert last.done and last.done_reason == "stop" and last.eval_count == 3 and last.prompt_eval_count == 3
     assert all(not p.done for p in parts[:-1])

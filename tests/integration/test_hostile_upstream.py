@@ -19,7 +19,7 @@ import pytest
 
 from gwproc import Gateway, config_for
 from bench.childproc import wait_listening
-from rawhttp import post_raw, sse_data, sse_events
+from rawhttp import post_and_vanish, post_raw, sse_data, sse_events
 from stubproc import wait_for
 
 HOSTILE = Path(__file__).resolve().parents[1] / "hostile_upstream.py"
@@ -30,7 +30,7 @@ FAULTS = ["hang-headers", "hang-body", "huge-line", "huge-body", "huge-length", 
           "retry-503-date", "spaced", "good"]
 
 EMBEDDING_FAULTS = ["embed-short", "embed-strings"]
-OTHER_FAULTS = ["interleaved", "think-merged"]
+OTHER_FAULTS = ["interleaved", "think-merged", "slow-eof"]
 
 
 class Hostile:
@@ -373,3 +373,29 @@ def test_a_think_tag_merged_into_the_first_reasoning_delta_is_not_the_clients_re
     assert status == 200, raw
     assert _reasoning_of(dialect, raw) == "Two and two make four.", raw
     assert b"<think>" not in raw and b"Four." in raw, raw
+
+
+# each dialect's streamed request for model c-slow-eof, and the bytes of its last frame
+_LAST_FRAME = {
+    "openai": ("/llm/v1/chat/completions", {"model": "c-slow-eof", "stream": True,
+                                            "messages": [{"role": "user", "content": "hi"}]}, b"[DONE]"),
+    "anthropic": ("/llm/v1/messages", {"model": "c-slow-eof", "stream": True, "max_tokens": 16,
+                                       "messages": [{"role": "user", "content": "hi"}]}, b"message_stop"),
+    "responses": ("/llm/v1/responses", {"model": "c-slow-eof", "stream": True, "input": "hi", "store": False},
+                  b"response.completed"),
+    "ollama": ("/api/chat", {"model": "c-slow-eof", "messages": [{"role": "user", "content": "hi"}]}, b'"done":true'),
+}
+
+
+@pytest.mark.parametrize("dialect", list(_LAST_FRAME))
+def test_a_client_that_hangs_up_at_the_last_frame_got_an_ok_answer(gw, dialect):
+    """The OpenAI SDK closes its connection as soon as it reads `[DONE]` (openai 3.x, sync), while
+    the gateway may still be reading the upstream's end of body: that client got the whole answer,
+    and the access log, metrics and ledger must say ok, not cancelled. The upstream here ends its
+    body 0.3 s after its last frame, so the hang-up always falls in that moment."""
+    path, body, last = _LAST_FRAME[dialect]
+    seen = len(gw.access_log())
+    got = post_and_vanish(gw.url + path, body, until=last, rst=True)
+    assert last in got, got
+    line, = wait_for(lambda: [r for r in gw.access_log()[seen:] if r.get("model") == "c-slow-eof"], timeout=10)
+    assert (line["outcome"], line["status"]) == ("ok", 200), line

@@ -101,6 +101,9 @@ def _client_left(t: Tracked) -> None:
         # it had failed already (an upstream failure, a timeout) and its error went out; a client
         # that hangs up on reading that error (Codex does, at response.failed) changes neither
         return
+    if t.answered:  # it had its whole answer: the SDK closes at [DONE], before the gateway's EOF
+        t.status = t.status or 200
+        return
     t.end(LEFT)
     t.status = 499  # nginx's "client closed request": nothing was sent
 

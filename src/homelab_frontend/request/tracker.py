@@ -31,7 +31,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
-        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait",
+        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -59,6 +59,10 @@ class Tracked:
         self.failovers: list[tuple[str, str]] | None = None
         self.status = 0
         self.outcome = OK  # set by end(): request/outcome.py has the table
+        # the answer's last frame ([DONE], message_stop, ...) was handed to the client: a client
+        # that hangs up after it (the OpenAI SDK closes at [DONE]) got everything, so the end of
+        # the gateway's own work (the upstream's last bytes, EOF) is no cancel
+        self.answered = False
         # how max_tokens was fitted to the context: None (not needed) | "tokenizer" | "estimate"
         # | "retry" (the backend refused the first try; request/context_clamp.py)
         self.clamp: str | None = None

@@ -335,6 +335,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
         tail = turn.finish(enc, ex)
         await turn.before_final()
         await out.write(tail)
+        t.answered = True
     except Midstream as err:
         t.fail(err.kind, override=True)
         await ex.send(out, enc.fail(turn.midstream_code, str(err)))

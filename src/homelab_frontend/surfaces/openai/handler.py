@@ -240,6 +240,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
         return
     ex.complete = True
     await out.write(b"data: [DONE]\n\n")
+    t.answered = True
     await out.write_eof()
 
 
