@@ -146,7 +146,7 @@ def test_first_token_timeout(first_token_gw, dialect):
 
 def test_idle_timeout_midstream(slow_stub):
     with _gw(slow_stub, first_token_s=5, idle_s=0.4) as gw:
-        status, _, raw = _anthropic(gw, "[stub content=5 delay_ms=1500]")
+        status, _, raw = _anthropic(gw, "[stub content=5 first_ms=0 delay_ms=1500]")
         events = sse_events(raw)
         assert events[-1][0] == "error" and "silent" in events[-1][1]["error"]["message"]
         assert events[-1][1]["error"]["type"] == "timeout_error"
