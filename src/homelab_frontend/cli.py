@@ -156,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_cmd_demo)
 
     p = sub.add_parser("stub", help="a stand-in upstream (vLLM- or Ollama-flavoured)")
-    from .stub import cli as stub_cli
-
-    stub_cli.add_arguments(p)
     p.set_defaults(fn=_cmd_stub)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["stub"]:  # the stub's arguments import the stub's server: not for `serve`'s start
+        from .stub import cli as stub_cli
+
+        stub_cli.add_arguments(p)
 
     args = parser.parse_args(argv)
     return args.fn(args) or 0

@@ -57,6 +57,9 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     start_timeout_s: float = 300.0  # from spawn to ready
     idle_ttl_s: float | None = None  # stop after this long with no request (from its end); None: never
     stop_timeout_s: float = 15.0  # one SIGTERM, then SIGKILL after this
+    # should the gateway die (kill -9 included): the tree's one SIGTERM, then SIGKILL after this
+    # (lifecycle/supervisor.py's DEATH_GRACE_S; vLLM needs ~3 s to unlink its shared memory)
+    kill_grace_s: float = 5.0
     preload: bool = False  # start at boot instead of at the first request
     unload: Literal["stop", "sleep"] = "stop"  # sleep: vLLM's POST /sleep and /wake_up (kind vllm)
     sleep_level: int = 1  # vLLM sleep level: 1 keeps the weights in CPU memory, 2 drops them
@@ -516,6 +519,8 @@ def _check_run(cfg: Config, p: str, b: Backend) -> list[str]:
     for field in ("start_timeout_s", "stop_timeout_s", "backoff_s"):
         if getattr(r, field) <= 0:
             problems.append(f"{p}.{field}: must be more than 0")
+    if not 0 <= r.kill_grace_s < float("inf"):
+        problems.append(f"{p}.kill_grace_s: must be a finite number of seconds, 0 or more")
     if r.idle_ttl_s is not None and r.idle_ttl_s <= 0:
         problems.append(f"{p}.idle_ttl_s: must be more than 0 (or null: never)")
     if r.ready_url is not None:

@@ -116,30 +116,37 @@ def test_cancel_while_queued_leaves_the_queue(slow_stub):
         assert outcomes.count("cancelled_queued") == 3
 
 
-@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini"])
-def test_first_token_timeout(slow_stub, dialect):
-    call = {"openai": _openai, "anthropic": _anthropic, "responses": _responses, "gemini": _gemini}[dialect]
+@pytest.fixture(scope="module")
+def first_token_gw(slow_stub):
+    """One gateway for the four dialects' first-token timeouts: each test ends with its slots free."""
     with _gw(slow_stub, first_token_s=0.4) as gw:
-        # upstream headers never come: a clean HTTP error in the dialect
-        status, _, raw = call(gw, "[stub headers_ms=3000]")
-        assert status == 504
-        assert "first token" in raw.decode()
-        # headers came, the first token did not: the stream has started, so an error in-stream
-        status, _, raw = call(gw, "[stub ttft_ms=3000]")
-        assert status == 200 and b"first token" in raw
-        if dialect == "responses":
-            assert b"event: response.failed" in raw and b"response.completed" not in raw
-        elif dialect == "gemini":  # the error line outside the SSE framing, no finishReason
-            assert json.loads(raw.split(b"\r\n\r\n")[-1])["error"]["status"] == "DEADLINE_EXCEEDED"
-            assert b"finishReason" not in raw
-        else:
-            assert (b"[DONE]" not in raw) if dialect == "openai" else (b"message_stop" not in raw and b"event: error" in raw)
-        wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 0, 2)
+        yield gw
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses", "gemini"])
+def test_first_token_timeout(first_token_gw, dialect):
+    call = {"openai": _openai, "anthropic": _anthropic, "responses": _responses, "gemini": _gemini}[dialect]
+    gw = first_token_gw
+    # upstream headers never come: a clean HTTP error in the dialect
+    status, _, raw = call(gw, "[stub headers_ms=3000]")
+    assert status == 504
+    assert "first token" in raw.decode()
+    # headers came, the first token did not: the stream has started, so an error in-stream
+    status, _, raw = call(gw, "[stub ttft_ms=3000]")
+    assert status == 200 and b"first token" in raw
+    if dialect == "responses":
+        assert b"event: response.failed" in raw and b"response.completed" not in raw
+    elif dialect == "gemini":  # the error line outside the SSE framing, no finishReason
+        assert json.loads(raw.split(b"\r\n\r\n")[-1])["error"]["status"] == "DEADLINE_EXCEEDED"
+        assert b"finishReason" not in raw
+    else:
+        assert (b"[DONE]" not in raw) if dialect == "openai" else (b"message_stop" not in raw and b"event: error" in raw)
+    wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 0, 2)
 
 
 def test_idle_timeout_midstream(slow_stub):
     with _gw(slow_stub, first_token_s=5, idle_s=0.4) as gw:
-        status, _, raw = _anthropic(gw, "[stub content=5 delay_ms=1500]")
+        status, _, raw = _anthropic(gw, "[stub content=5 first_ms=0 delay_ms=1500]")
         events = sse_events(raw)
         assert events[-1][0] == "error" and "silent" in events[-1][1]["error"]["message"]
         assert events[-1][1]["error"]["type"] == "timeout_error"

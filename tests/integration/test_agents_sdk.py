@@ -9,39 +9,47 @@ import asyncio
 
 import openai
 import pytest
-from agents import Agent, Runner, function_tool, set_default_openai_api, set_default_openai_client, set_tracing_disabled
-from agents.models.default_models import get_default_model
 
 from conftest import standard_config
 from gwproc import Gateway
 
 
 @pytest.fixture(scope="module")
-def agents_gateway(vllm_stub, ollama_stub):
-    default = get_default_model()
+def sdk():
+    """The Agents SDK, imported by the xdist worker that runs this module only: its import is
+    ~1.5 s of CPU (hundreds of pydantic models), which every worker would pay at collection."""
+    import agents
+    import agents.models.default_models
+
+    return agents
+
+
+@pytest.fixture(scope="module")
+def agents_gateway(sdk, vllm_stub, ollama_stub):
+    default = sdk.models.default_models.get_default_model()
     cfg = standard_config(vllm_stub.base, ollama_stub.base)
     cfg["aliases"] = {default: "reasoning", **cfg["aliases"]}
     with Gateway(cfg) as gw:
         yield gw, default
 
 
-def test_default_model_runs_a_tool_turn(agents_gateway, vllm_stub, stubs):
+def test_default_model_runs_a_tool_turn(sdk, agents_gateway, vllm_stub, stubs):
     gw, default = agents_gateway
     calls = []
 
-    @function_tool
+    @sdk.function_tool
     def lookup_weather(city: str) -> str:
         """The weather in a city."""
         calls.append(city)
         return f"sunny-in-{city}"
 
     async def run():
-        set_tracing_disabled(True)
-        set_default_openai_api("responses")
-        set_default_openai_client(openai.AsyncOpenAI(base_url=gw.base, api_key="unused", max_retries=0),
-                                  use_for_tracing=False)
-        agent = Agent(name="helper", instructions="Use the tool.", tools=[lookup_weather])
-        return await Runner.run(agent, "What is the weather? [stub agent]")
+        sdk.set_tracing_disabled(True)
+        sdk.set_default_openai_api("responses")
+        sdk.set_default_openai_client(openai.AsyncOpenAI(base_url=gw.base, api_key="unused", max_retries=0),
+                                      use_for_tracing=False)
+        agent = sdk.Agent(name="helper", instructions="Use the tool.", tools=[lookup_weather])
+        return await sdk.Runner.run(agent, "What is the weather? [stub agent]")
 
     result = asyncio.run(run())
     assert calls == ["hello"]  # the stub agent fills required string fields with "hello"

@@ -164,20 +164,36 @@ def test_content_and_tool_in_one_chunk(client, stubs):
     assert [b.input for b in final.content if b.type == "tool_use"] == [{"a": 1}]
 
 
-@pytest.mark.parametrize("field", ["reasoning", "reasoning_content", "both"])
-def test_both_reasoning_field_names(field):
+FIELDS = ["reasoning", "reasoning_content", "both"]
+
+
+@pytest.fixture(scope="module")
+def field_gateway():
+    """One gateway in front of three vLLM stubs, one per name of the reasoning field (model `m-`
+    and the name): one gateway start instead of three."""
+    from contextlib import ExitStack
+
     from gwproc import Gateway, config_for
     from stubproc import start_stub
 
-    with start_stub("vllm", "--reasoning", "--reasoning-field", field, "--model", "m") as stub, \
-         Gateway(config_for({"b": stub.base}, {"m": {"backend": "b"}})) as gw:
-        c = anthropic.Anthropic(base_url=gw.llm, api_key="x", max_retries=0)
-        with c.messages.stream(model="m", max_tokens=64, messages=[{"role": "user", "content": "[stub reasoning=3 content=2]"}]) as s:
-            final = s.get_final_message()
-        assert [b.type for b in final.content] == ["thinking", "text"]
-        assert len(final.content[0].thinking.split()) == 3  # once, even when both names are sent
-        plain = c.messages.create(model="m", max_tokens=64, messages=[{"role": "user", "content": "[stub reasoning=3 content=2]"}])
-        assert plain.content[0].thinking == final.content[0].thinking
+    with ExitStack() as stack:
+        stubs = {f: stack.enter_context(start_stub("vllm", "--reasoning", "--reasoning-field", f, "--model", "m"))
+                 for f in FIELDS}
+        yield stack.enter_context(Gateway(config_for(
+            {f: stub.base for f, stub in stubs.items()},
+            {f"m-{f}": {"backend": f, "upstream_model": "m"} for f in FIELDS})))
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_both_reasoning_field_names(field_gateway, field):
+    c = anthropic.Anthropic(base_url=field_gateway.llm, api_key="x", max_retries=0)
+    model = f"m-{field}"
+    with c.messages.stream(model=model, max_tokens=64, messages=[{"role": "user", "content": "[stub reasoning=3 content=2]"}]) as s:
+        final = s.get_final_message()
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert len(final.content[0].thinking.split()) == 3  # once, even when both names are sent
+    plain = c.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "[stub reasoning=3 content=2]"}])
+    assert plain.content[0].thinking == final.content[0].thinking
 
 
 # -- unbuffered, failures, disconnects ------------------------------------------------------------

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -244,19 +245,21 @@ def test_memory_stays_bounded_under_100_mib_lines_and_bodies_and_comes_back(host
 def test_a_stopped_upstream_times_out_and_frees_everything():
     h = Hostile()
     try:
-        with Gateway(_config(h.base)) as gw:
+        # a slot for each of the four at once: each waits out its own timeout, not the others'
+        with Gateway(_config(h.base, slots=4)) as gw:
             assert _ask(gw, "openai", "good", False)[0] == 200
             os.kill(h.proc.pid, signal.SIGSTOP)
             try:
-                for dialect in ("openai", "anthropic"):
-                    for stream in (False, True):
-                        status, _, raw = _ask(gw, dialect, "good", stream)
-                        assert status == 504, raw
-                        doc = json.loads(raw)
-                        if dialect == "openai":
-                            assert _openai_error(doc)["code"] == "timeout"
-                        else:
-                            assert _anthropic_error(doc)["type"] == "timeout_error"
+                asks = [(dialect, stream) for dialect in ("openai", "anthropic") for stream in (False, True)]
+                with ThreadPoolExecutor(len(asks)) as pool:
+                    answers = list(pool.map(lambda a: _ask(gw, a[0], "good", a[1]), asks))
+                for (dialect, _), (status, _, raw) in zip(asks, answers):
+                    assert status == 504, raw
+                    doc = json.loads(raw)
+                    if dialect == "openai":
+                        assert _openai_error(doc)["code"] == "timeout"
+                    else:
+                        assert _anthropic_error(doc)["type"] == "timeout_error"
                 wait_for(lambda: gw.admin()["backends"]["h"]["in_use"] == 0, timeout=5)
             finally:
                 os.kill(h.proc.pid, signal.SIGCONT)

@@ -166,7 +166,8 @@ def test_a_server_killed_while_ready_is_started_again_by_the_next_request():
 
 
 def test_vllm_sleep_instead_of_stop_and_wake_is_faster_than_a_cold_start():
-    cfg = two(("--start-delay-s", "2", "--wake-delay-s", "0.2"), ("--start-delay-s", "2", "--wake-delay-s", "0.2"),
+    # a's cold start is what its wake is compared with; b's only makes a sleep (and is put to sleep)
+    cfg = two(("--start-delay-s", "2", "--wake-delay-s", "0.2"), ("--start-delay-s", "0.5", "--wake-delay-s", "0.2"),
               a_run={"unload": "sleep"}, b_run={"unload": "sleep"})
     with Gateway(cfg) as gw:
         assert chat(gw, "ma")[0] == 200

@@ -22,6 +22,7 @@ from rawhttp import post_raw
 from stubproc import free_port, wait_for
 
 GONE_WITHIN_S = DEATH_GRACE_S + 5.0  # one SIGTERM, SIGKILL after the grace; the figures printed are what it took
+KILL_GRACE_S = 1.5  # the backend's `run.kill_grace_s`, which its supervisor is given
 
 # `$1` the stub's python, `$2` its port: the server in the background, not exec'd, then waited for
 WRAPPER = textwrap.dedent("""\
@@ -38,7 +39,7 @@ def wrapped_stub(tmp_path, **run) -> tuple[dict, int]:
     port = free_port()
     backend = {"url": f"http://127.0.0.1:{port}/v1", "kind": "vllm", "slots": 2, "health_interval_s": 1,
                "run": {"cmd": ["/bin/sh", str(script), sys.executable, str(port)],
-                       "start_timeout_s": 30, "stop_timeout_s": 5, **run}}
+                       "start_timeout_s": 30, "stop_timeout_s": 5, "kill_grace_s": KILL_GRACE_S, **run}}
     return config_for({"w": backend}, {"m": {"backend": "w"}}), port
 
 
@@ -55,6 +56,7 @@ def server_tree(gw) -> dict[int, int]:
     lines = [cmdline(p) for p in procs]
     assert any("homelab_frontend.stub" in c for c in lines) and any(c == "sleep 3600" for c in lines), lines
     assert any("supervisor.py" in c for c in lines) and any("wrapper.sh" in c for c in lines), lines
+    assert any(f"supervisor.py --grace {KILL_GRACE_S!r} -- /bin/sh" in c for c in lines), lines
     return procs
 
 

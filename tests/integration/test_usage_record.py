@@ -15,7 +15,7 @@ from conftest import R1
 from rawhttp import post_and_vanish, post_raw
 from stubproc import wait_for
 
-PROMPT = "[stub reasoning=0 content=3 delay_ms=2500]"
+PROMPT = "[stub reasoning=0 content=3 first_ms=0 delay_ms=2500]"
 # dialect: (path, body, bytes that show the first text token arrived)
 CANCELLED = {
     "anthropic": ("/messages", {"model": "reasoning", "stream": True, "max_tokens": 64,

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from homelab_frontend import config as cfgmod
+from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from homelab_frontend.policy.routing import resolve_alias
 
 GOOD = """
@@ -155,6 +156,9 @@ def test_run_section_defaults_and_a_string_cmd_split_like_a_shell():
     assert run.argv() == ["llama-server", "-m", "/models/my coder.gguf", "--port", "9101"]
     assert (run.start_timeout_s, run.stop_timeout_s, run.idle_ttl_s, run.unload, run.preload) == (300, 15, None, "stop", False)
     assert cfg.lifecycle.policy == "batch" and cfg.resources == {"gpu0": 24}
+    # the kill grace on the gateway's death is the supervisor's own default (which the config
+    # layer cannot import: a script the gateway never imports)
+    assert run.kill_grace_s == DEATH_GRACE_S
 
 
 @pytest.mark.parametrize(
@@ -169,6 +173,8 @@ def test_run_section_defaults_and_a_string_cmd_split_like_a_shell():
                                                "like a shell would: No closing quotation"),
         ({"cmd": ["x"], "start_timeout_s": 0}, "backends.coder.run.start_timeout_s: must be more than 0"),
         ({"cmd": ["x"], "idle_ttl_s": -1}, "backends.coder.run.idle_ttl_s: must be more than 0 (or null: never)"),
+        ({"cmd": ["x"], "kill_grace_s": -1}, "backends.coder.run.kill_grace_s: must be a finite number of seconds, 0 or more"),
+        ({"cmd": ["x"], "kill_grace_s": float("inf")}, "backends.coder.run.kill_grace_s: must be a finite number of seconds, 0 or more"),
         ({"cmd": ["x"], "unload": "sleep"}, "backends.coder.run.unload: sleep is vLLM's sleep mode: it needs "
                                              "`kind: vllm` on the backend (got no kind)"),
         ({"cmd": ["x"], "unload": "pause"}, "backends.coder.run.unload: invalid enum value 'pause'"),

@@ -29,7 +29,8 @@ MAX_BACKOFF_FACTOR = 32
 START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 
 # Makes the process of a managed backend: (argv, env, cwd, its log) -> a running process.
-Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing], Awaitable[Process]]
+# argv, env, cwd, the log, and the kill grace should the gateway die (`run.kill_grace_s`)
+Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing, float], Awaitable[Process]]
 
 
 class Effects:
@@ -100,7 +101,7 @@ class Effects:
             u.last_exit = await u.child.stop(run.stop_timeout_s)
         u.log.mark(f"-- gateway: starting {' '.join(run.argv())}")
         u.goal = u.goal.respawned()  # whatever was to be replaced is: this is the new command
-        u.child = child = await self.spawner(run.argv(), run.env, run.cwd, u.log)
+        u.child = child = await self.spawner(run.argv(), run.env, run.cwd, u.log, run.kill_grace_s)
         child.exited.add_done_callback(lambda _: self.kick())  # an exit while serving is an event too
         u.log.mark(f"-- gateway: pid {child.pid}")
         deadline = time.monotonic() + run.start_timeout_s
@@ -178,8 +179,9 @@ class Effects:
                 u.goal = u.goal.stopped()
 
 
-async def spawn_child(argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> Process:
+async def spawn_child(argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing,
+                      kill_grace_s: float) -> Process:
     """The real spawner: a `process.Child` (its own process group, never outliving the gateway)."""
     from .process import Child
 
-    return await Child.start(argv, env, cwd, ring)
+    return await Child.start(argv, env, cwd, ring, kill_grace_s)

@@ -36,7 +36,7 @@ from .logring import LogRing
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 SPAWN_TIMEOUT_S = 60.0  # the supervisor's own start: tens of ms; minutes only on a machine on its knees
 POLL_S = 0.1  # exit polling where pidfd_open is missing
-ABANDON_WAIT_S = 30.0  # a supervisor let go of kills its tree first (its grace for a SIGTERM: 5 s)
+ABANDON_WAIT_S = 30.0  # a supervisor let go of kills its tree first (its grace for a SIGTERM: 5 s by default)
 
 
 def describe_status(code: int) -> str:
@@ -117,15 +117,16 @@ class _Launched(NamedTuple):
     rest: bytes  # what the supervisor said after its `pid` line
 
 
-def _launch(argv: list[str], env: Mapping[str, str], cwd: str | None) -> _Launched:
+def _launch(argv: list[str], env: Mapping[str, str], cwd: str | None, kill_grace_s: float | None) -> _Launched:
     """Start the supervisor and wait for its first word: blocking (an interpreter's start, a fork,
     the server's exec: tens of ms, hundreds on a loaded machine), so run off the event loop."""
+    grace = [] if kill_grace_s is None else ["--grace", repr(float(kill_grace_s))]
     ctl_r, ctl_w = os.pipe()
     st_r, st_w = os.pipe()
     log_r, log_w = os.pipe()
     try:
         sup = subprocess.Popen(
-            [sys.executable, "-I", "-S", SUPERVISOR, "--", *argv],
+            [sys.executable, "-I", "-S", SUPERVISOR, *grace, "--", *argv],
             stdin=ctl_r, stdout=st_w, stderr=log_w, cwd=cwd, env={**os.environ, **env},
             start_new_session=True, close_fds=True,
         )
@@ -178,14 +179,16 @@ class Child:
     `await Child.start(argv, env, cwd, ring)`."""
 
     @classmethod
-    async def start(cls, argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing) -> "Child":
+    async def start(cls, argv: list[str], env: Mapping[str, str], cwd: str | None, ring: LogRing,
+                    kill_grace_s: float | None = None) -> "Child":
         """Spawn `argv` under its supervisor; returns once the server is exec'd (a program that
         cannot run raises `OSError`, as Popen does). The wait runs in a thread: the event loop
-        relays every other request meanwhile."""
+        relays every other request meanwhile. `kill_grace_s`: should the gateway die, how long
+        the tree has after its one SIGTERM before SIGKILL (None: the supervisor's own 5 s)."""
         if not argv:
             raise ValueError("empty command")
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, _launch, list(argv), env, cwd)
+        fut = loop.run_in_executor(None, _launch, list(argv), env, cwd, kill_grace_s)
         try:
             launched = await asyncio.shield(fut)
         except asyncio.CancelledError:

@@ -1,8 +1,9 @@
 """The process supervisor between the gateway and one managed server: no process of the server's
 tree outlives the gateway, however the gateway dies.
 
-Run as a script, never imported by the gateway: `python -I -S supervisor.py -- cmd args...`
-(`process.Child` does it). Standard library only, and with `-I -S` the interpreter reads neither
+Run as a script, never imported by the gateway: `python -I -S supervisor.py [--grace S] -- cmd
+args...` (`process.Child` does it; `--grace` is the backend's `run.kill_grace_s`, DEATH_GRACE_S
+without it). Standard library only, and with `-I -S` the interpreter reads neither
 site-packages nor PYTHON* variables, so the user's environment for the server (a vLLM venv's
 PYTHONPATH, say) cannot break it and it starts in tens of milliseconds. Its file descriptors:
 
@@ -10,7 +11,7 @@ PYTHONPATH, say) cannot break it and it starts in tens of milliseconds. Its file
   a second `term` is ignored: llama-server that gets a second SIGTERM during its shutdown hangs
   until SIGKILL) and `kill` (SIGKILL of the whole tree). **End of file means the gateway is gone**
   (it exited or was killed, SIGKILL included: the kernel closes a dead process's descriptors):
-  one SIGTERM to every process of the tree, SIGKILL of what is left after DEATH_GRACE_S, exit.
+  one SIGTERM to every process of the tree, SIGKILL of what is left after the grace, exit.
   Signals to the supervisor itself are ignored: its life is the pipe's.
 - 1, the status pipe to the gateway: `pid N` once the server is exec'd (or `error ERRNO` if it
   could not be), `note TEXT` for the server's log, and last `exit N` with the server's own status
@@ -53,7 +54,7 @@ Why a subreaper and a pipe:
 - A graceful stop keeps the gateway's semantics: one SIGTERM to the server's group, and the
   gateway sends `kill` after `stop_timeout_s`. On the gateway's death every process of the tree
   gets one SIGTERM (none gets a second: the group is skipped if a stop already signalled it),
-  then SIGKILL after DEATH_GRACE_S (5 s). SIGKILL at once would free the port a little sooner,
+  then SIGKILL after the grace (`run.kill_grace_s`, 5 s by default). SIGKILL at once would free the port a little sooner,
   but vLLM then leaves its shared memory behind: 400 MB of /dev/shm per engine, measured, which
   nothing reclaims until reboot. Given the SIGTERM, vLLM shuts down and multiprocessing's
   resource tracker (which ignores SIGTERM) unlinks what is left once its clients are gone: 2.7 s
@@ -155,8 +156,9 @@ def _kill_exact(pid: int, start: int, sig: int) -> None:
 # -- the supervisor ----------------------------------------------------------------------------
 
 class Supervisor:
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], grace_s: float = DEATH_GRACE_S) -> None:
         self.argv = argv
+        self.grace_s = grace_s
         self.me = os.getpid()
         self.server = 0
         self.status: int | None = None  # the server's, as subprocess says it (negative: signal)
@@ -269,8 +271,8 @@ class Supervisor:
 
     def wind_down(self) -> None:
         """The gateway is gone: one SIGTERM to every process of the tree that has not had one (the
-        server's group, unless a stop sent it already, and those outside it), then up to
-        DEATH_GRACE_S for them to exit; `kill_tree` follows."""
+        server's group, unless a stop sent it already, and those outside it), then up to the
+        grace for them to exit; `kill_tree` follows."""
         outside = {pid: start for pid, (state, pgrp, start) in descendants(self.me).items()
                    if state not in ("Z", "X") and pgrp != self.server}
         if not self.term_sent:
@@ -278,7 +280,7 @@ class Supervisor:
             self.signal_group(signal.SIGTERM)
         for pid, start in outside.items():  # a stop signals the group only: these had none
             _kill_exact(pid, start, signal.SIGTERM)
-        deadline = time.monotonic() + DEATH_GRACE_S
+        deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline:
             self.reap()
             if not any(state not in ("Z", "X") for state, _, _ in descendants(self.me).values()):
@@ -333,10 +335,17 @@ class Supervisor:
 
 
 def main(args: list[str]) -> int:
-    if len(args) < 2 or args[0] != "--":
-        sys.stderr.write("usage: supervisor.py -- cmd [args...]\n")
+    grace_s = DEATH_GRACE_S
+    if args[:1] == ["--grace"]:
+        try:
+            grace_s = float(args[1])
+        except (IndexError, ValueError):
+            grace_s = -1.0
+        args = args[2:]
+    if len(args) < 2 or args[0] != "--" or not grace_s >= 0:
+        sys.stderr.write("usage: supervisor.py [--grace SECONDS] -- cmd [args...]\n")
         return 2
-    return Supervisor(args[1:]).run()
+    return Supervisor(args[1:], grace_s).run()
 
 
 if __name__ == "__main__":

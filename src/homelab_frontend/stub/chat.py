@@ -240,11 +240,20 @@ def _sse(payload: Any) -> bytes:
     return b"data: " + _encode(payload) + b"\n\n"
 
 
+def _wait_ms(gen: Generation, i: int) -> int:
+    """Before event i: the token delay; before the first, `first_ms` if given, and the time to
+    first token (ttft_ms, the prefill)."""
+    if i:
+        return gen.delay_ms
+    first = gen.directives.first_ms
+    return (gen.delay_ms if first is None else first) + gen.directives.ttft_ms + gen.prefill_ms
+
+
 async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen: Generation) -> web.StreamResponse:
     resp = web.StreamResponse(status=200, headers={"Content-Type": flavour.stream_content_type})
     await resp.prepare(request)
     for i, event in enumerate(gen.events):
-        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms + gen.prefill_ms if i == 0 else 0))
+        await _sleep_ms(_wait_ms(gen, i))
         if isinstance(event, Abort):
             _abort(request, state, gen)
             return resp
@@ -273,7 +282,7 @@ async def _stream(request: web.Request, flavour: Flavour, state: StubState, gen:
 
 async def _respond(request: web.Request, flavour: Flavour, state: StubState, gen: Generation) -> web.StreamResponse:
     for i, event in enumerate(gen.events):
-        await _sleep_ms(gen.delay_ms + (gen.directives.ttft_ms + gen.prefill_ms if i == 0 else 0))
+        await _sleep_ms(_wait_ms(gen, i))
         if isinstance(event, Abort):
             _abort(request, state, gen)
             return web.Response(status=499)

@@ -10,6 +10,7 @@ Keys (integers unless noted; unknown keys are ignored):
   reasoning=N     reasoning tokens (default 8 with --reasoning, else 0; vLLM only)
   content=N       content tokens (default 12; 0 when a tool call is made)
   delay_ms=N      delay before each token (overrides --token-delay-ms)
+  first_ms=N      delay before the first token instead (a first token now, the next one later)
   ttft_ms=N       extra wait before the first token, after the headers
   headers_ms=N    wait before sending the response headers at all
   fail_after=N    after N tokens drop the connection (no finish, no [DONE])
@@ -62,6 +63,7 @@ _INT_KEYS = (
     "reasoning",
     "content",
     "delay_ms",
+    "first_ms",
     "ttft_ms",
     "headers_ms",
     "fail_after",
@@ -77,6 +79,7 @@ class Directives:
     reasoning: int | None = None
     content: int | None = None
     delay_ms: int | None = None
+    first_ms: int | None = None  # None: delay_ms
     ttft_ms: int = 0
     headers_ms: int = 0
     fail_after: int | None = None

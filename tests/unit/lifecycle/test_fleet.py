@@ -56,7 +56,7 @@ class Spawner:
         self.exit_at_start: int | None = None
         self.bug: Exception | None = None
 
-    async def __call__(self, argv, env, cwd, ring):
+    async def __call__(self, argv, env, cwd, ring, kill_grace_s):
         if self.bug is not None:
             raise self.bug
         child = FakeChild(self.exit_at_start)

@@ -8,6 +8,7 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend.lifecycle.policy import (
     HOLDING, STARTABLE, Drain, Start, State, Stop, Undrain, Unit, admits, decide,
@@ -176,7 +177,7 @@ def situations(draw):
 
 
 @given(situations())
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 def test_decisions_are_safe(sit):
     units, resources, now, pol, swap_after = sit
     plan = decide(units, resources, now, policy=pol, swap_after_s=swap_after)
@@ -306,7 +307,7 @@ arrivals_st = st.lists(
 
 
 @given(arrivals_st, st.sampled_from(["batch", "fifo"]), st.sampled_from([0.0, 5.0, 20.0]), st.integers(1, 3))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_simulated_homelab_serves_everyone_and_never_overcommits(arrivals, pol, swap_after, slots):
     sim = Sim({"a": 1.0, "b": 1.0, "c": 0.5}, slots, pol, swap_after).run(sorted(arrivals))
     assert len(sim.done) == len(arrivals), "every request was admitted"

@@ -165,7 +165,7 @@ def test_the_fleets_spawn_leaves_the_event_loop_running_while_the_supervisor_sta
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         before = ticks
-        child = await spawn_child(["sleep", "30"], {}, None, LogRing())
+        child = await spawn_child(["sleep", "30"], {}, None, LogRing(), 5.0)
         during = ticks - before
         task.cancel()
         assert child.running and _alive(child.pid)
@@ -180,7 +180,7 @@ def test_a_missing_program_raises_at_the_fleets_spawn():
 
     async def go():
         try:
-            await spawn_child(["/nonexistent/llama-server"], {}, None, LogRing())
+            await spawn_child(["/nonexistent/llama-server"], {}, None, LogRing(), 5.0)
         except OSError as err:
             return err
     assert isinstance(run(go()), FileNotFoundError)

@@ -1,7 +1,11 @@
 """The process supervisor (lifecycle/supervisor.py) with real process trees: a server that forks,
 a child that calls setsid, a daemon that double-forks. Judged by /proc (tests/proctree.py): when
 the gateway's pipe closes, or the gateway is SIGKILLed, no process of the tree is left within a
-few seconds; a graceful stop is exactly one SIGTERM; the server's own exit status is reported."""
+few seconds; a graceful stop is exactly one SIGTERM; the server's own exit status is reported.
+
+What ignores the one SIGTERM on the gateway's death is killed after the grace: the tests that are
+not about the grace run with a short one (`--grace`, a backend's `run.kill_grace_s`), and one of
+them proves the default."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from stubproc import wait_for
 # "within a few seconds": what ignores the one SIGTERM is killed after the grace; the figures
 # printed are what it took
 GONE_WITHIN_S = DEATH_GRACE_S + 5.0
+SHORT_GRACE_S = 0.3
 
 # The server: records every process of its tree in a file, as "tag pid". Besides itself, a plain
 # child (in its process group, ignoring SIGTERM), a child in a session of its own, and a daemon
@@ -100,12 +105,13 @@ def ppid(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def supervise(tmp_path, mode: str) -> tuple[subprocess.Popen, int, dict[str, int]]:
+def supervise(tmp_path, mode: str, grace_s: float | None = SHORT_GRACE_S) -> tuple[subprocess.Popen, int, dict[str, int]]:
     """The supervisor run as the gateway runs it, its pipes held by the test (the server's log
-    in tmp_path/log)."""
+    in tmp_path/log); `grace_s` None: without `--grace`, the default."""
     out = tmp_path / "tree"
+    grace = [] if grace_s is None else ["--grace", str(grace_s)]
     with open(tmp_path / "log", "wb") as log:
-        sup = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR, "--", sys.executable, "-c", TREE, str(out), mode],
+        sup = subprocess.Popen([sys.executable, "-I", "-S", SUPERVISOR, *grace, "--", sys.executable, "-c", TREE, str(out), mode],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     line = sup.stdout.readline().decode()
     assert line.startswith("pid "), line
@@ -139,7 +145,8 @@ def test_a_gateway_killed_by_sigkill_leaves_no_process_of_the_tree(tmp_path):
         from homelab_frontend.lifecycle.logring import LogRing
         async def main():
             threading.Thread(target=lambda: __import__("time").sleep(600), daemon=True).start()
-            await Child.start([sys.executable, "-c", {TREE!r}, {str(out)!r}, "stubborn"], {{}}, None, LogRing())
+            await Child.start([sys.executable, "-c", {TREE!r}, {str(out)!r}, "stubborn"], {{}}, None, LogRing(),
+                              {SHORT_GRACE_S!r})
             await asyncio.sleep(600)
         asyncio.run(main())
     """)
@@ -332,11 +339,13 @@ def test_signals_to_the_supervisor_are_ignored_its_life_is_the_pipes(tmp_path):
             sup.wait()
 
 
-@pytest.mark.parametrize("stopping", [False, True])
-def test_on_the_gateways_death_each_process_gets_one_sigterm_then_sigkill(tmp_path, stopping):
+# the default grace once (what a backend without `run.kill_grace_s` gets), a short one given by
+# `--grace` once
+@pytest.mark.parametrize("stopping, grace_s", [(False, None), (True, SHORT_GRACE_S)])
+def test_on_the_gateways_death_each_process_gets_one_sigterm_then_sigkill(tmp_path, stopping, grace_s):
     # one SIGTERM lets a server clean up (vLLM's shared memory); never a second, even when the
     # gateway dies during a stop that sent one; what ignores it is killed after the grace
-    sup, server, pids = supervise(tmp_path, "stubborn")
+    sup, server, pids = supervise(tmp_path, "stubborn", grace_s)
     try:
         procs = tree(sup.pid)
         log = tmp_path / "log"
@@ -350,7 +359,11 @@ def test_on_the_gateways_death_each_process_gets_one_sigterm_then_sigkill(tmp_pa
         took = time.monotonic() - t0
         lines = log.read_text().splitlines()
         assert lines.count("SIGTERM 1") == 1 and "SIGTERM 2" not in lines, lines
-        assert took >= DEATH_GRACE_S - 0.1  # the child and the daemon ignore it: killed after the grace
+        # the child and the daemon ignore it: killed after the grace, and not the default's when
+        # it was given (4.7 s to spare: no timing assumption on a busy machine)
+        assert took >= (DEATH_GRACE_S if grace_s is None else grace_s) - 0.1
+        if grace_s is not None:
+            assert took < DEATH_GRACE_S, took
     finally:
         if sup.poll() is None:
             sup.kill()

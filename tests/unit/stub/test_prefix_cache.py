@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend.stub.prefix_cache import PrefixCache, common_prefix
 
@@ -23,7 +24,7 @@ def test_common_prefix_matches_the_naive_definition(a, b):
     assert common_prefix(tuple(a), tuple(a + b)) == len(a)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(ids, min_size=1, max_size=8), st.integers(1, 8), st.integers(1, 200))
 def test_lookup_is_whole_blocks_of_a_prompt_seen_before(prompts, block, capacity):
     cache = PrefixCache(capacity, block)

@@ -46,14 +46,15 @@ def text_of(events: list, kind: str = "content") -> str:
 
 def test_directive_keys_and_defaults():
     d = parse_directives(
-        "please [stub reasoning=3 content=5 delay_ms=20 ttft_ms=7 headers_ms=9 fail_after=2 "
+        "please [stub reasoning=3 content=5 delay_ms=20 first_ms=0 ttft_ms=7 headers_ms=9 fail_after=2 "
         "error_after=4 status=503 tool=Bash text=ping split=1 agent stop_token=151643] thanks"
     )
     assert d == Directives(
-        reasoning=3, content=5, delay_ms=20, ttft_ms=7, headers_ms=9, fail_after=2, error_after=4,
+        reasoning=3, content=5, delay_ms=20, first_ms=0, ttft_ms=7, headers_ms=9, fail_after=2, error_after=4,
         status=503, tool="Bash", text="ping", split=True, agent=True, stop_token=151643,
     )
     assert parse_directives("no directive here") == Directives()
+    assert parse_directives("[stub delay_ms=20]").first_ms is None  # the first token waits delay_ms too
     assert parse_directives("[stub]") == Directives()
 
 

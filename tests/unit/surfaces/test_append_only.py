@@ -10,6 +10,7 @@ import json
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.surfaces.anthropic.request import parse_request as parse_anthropic
@@ -57,7 +58,7 @@ def anthropic_step(draw, k: int) -> list[dict]:
     return step
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.data(), st.integers(1, 4), st.booleans())
 def test_anthropic_history_is_append_only(data, turns, system):
     messages = [{"role": "user", "content": data.draw(words)}]

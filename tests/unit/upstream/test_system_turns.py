@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend.upstream.system_turns import place, wrap
 
@@ -54,7 +55,7 @@ def _render(messages: list[dict]) -> str:
     return "".join(f"<|{m['role']}|>{m['content']}<|end|>" for m in messages)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_roles, st.integers(min_value=1, max_value=12))
 def test_merged_no_system_after_other_and_history_never_rerendered(roles, cut):
     # Tool results follow the assistant's calls directly (OpenAI requires it; the Anthropic

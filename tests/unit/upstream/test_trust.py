@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.errors import GatewayError
@@ -65,7 +66,7 @@ _json_values = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     others=st.dictionaries(st.text(max_size=6).filter(lambda k: k != "model"), _json_values, max_size=4),
     upstream=st.sampled_from(["fake", "internal/secret.gguf", "a\"b", "ünï", "/models/q4.gguf"]),
@@ -139,7 +140,7 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
     return [p for p in parts if p]
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(payloads=st.lists(st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
                          min_size=1, max_size=8),
        cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=10))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -125,7 +126,7 @@ def test_sealing_hides_the_text_and_every_seal_differs():
     assert SIGNER.unseal(a) == SIGNER.unseal(b) == "secret reasoning"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=2000), st.integers(min_value=0), st.sampled_from("AQgw-_"))
 def test_sealed_text_round_trips_and_any_altered_character_is_refused(text, where, char):
     sealed = SIGNER.seal(text)

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -1256,7 +1257,7 @@ def test_fuzz_random_json(value: Any) -> None:
     _parse_or_gateway_error(json.dumps(value).encode())
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_fuzz_request_shaped_json(body: dict) -> None:
     _parse_or_gateway_error(json.dumps(body).encode())

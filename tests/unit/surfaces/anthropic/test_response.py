@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -394,7 +395,7 @@ events = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events, st.booleans())
 def test_fuzz_event_sequences(evs: list[c.Event], fail: bool) -> None:
     asm = MessageAssembler(message_id=new_message_id(), model="reasoning", signer=SIGNER)

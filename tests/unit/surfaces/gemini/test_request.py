@@ -10,6 +10,7 @@ import pytest
 from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -359,7 +360,7 @@ json_values = st.recursive(
     max_leaves=25)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["contents", "tools", "toolConfig", "generationConfig", "systemInstruction"]),
                        json_values, max_size=5))
 def test_property_any_json_is_a_request_or_a_clear_400(body):

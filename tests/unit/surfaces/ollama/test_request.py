@@ -11,6 +11,7 @@ import ollama
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -214,7 +215,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(json_values, st.sampled_from([parse_chat, parse_generate]))
 def test_fuzz_only_gateway_errors_escape(value, fn):
     try:

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.config import Backend
@@ -170,7 +171,7 @@ json_values = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from(["model", "input", "tools", "tool_choice", "text", "reasoning", "instructions",
                                         "max_output_tokens", "stream", "store", "include", "temperature"]), json_values))
 def test_any_json_is_a_request_or_a_clear_400(raw):
