@@ -57,13 +57,13 @@ def replicas(stub):
         gws = [stack.enter_context(f.result()) for f in futs if f.exception() is None]
         for f in futs:
             f.result()  # a replica that failed to start fails the module (the other is stopped)
-        yield tuple(gws)
+        yield (*gws, r)
 
 
 @pytest.fixture
 def ab(replicas, stub):
     stub.reset()
-    return replicas
+    return replicas[:2]
 
 
 @pytest.fixture
@@ -164,3 +164,21 @@ def test_another_client_or_another_model_is_not_superseded(ab, stub, log):
     done = log("completed")
     assert [ln.split()[2] for ln in done] == ["tokens=3", "tokens=3", "tokens=60"]
     assert stub.stats()["cancelled"] == 0
+
+
+def test_without_redis_a_completion_meets_the_slot_rule_never_a_500_and_it_is_said_once(replicas, stub):
+    # last in the module: it stops the Redis the replicas share. A completion's registration
+    # fails with it; the completion goes on (latest wins on this replica only) to its slot,
+    # which the shared pool cannot take without Redis: the overload error with Retry-After.
+    a, _, r = replicas
+    stub.reset()
+    r.stop()
+    try:
+        for prompt in ("first", "second"):
+            status, raw = _complete(a, ALICE, "coder", prompt, 3)
+            assert status == 429 and "overloaded" in raw, (status, raw)
+        said = [ln for ln in a.stderr().splitlines() if "supersede: cannot register" in ln]
+        assert len(said) == 1, said
+        assert stub.stats()["total"] == 0
+    finally:
+        r.start()  # the replicas close against a Redis that answers
