@@ -21,7 +21,7 @@ from stubproc import start_stub, wait_for
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs redis-server (.ci/deps/redis.sh)")
 
-ALICE, BOB, ADMIN = "sk-alice", "sk-bob", "sk-admin"
+ALICE, BOB, CAROL, ADMIN = "sk-alice", "sk-bob", "sk-carol", "sk-admin"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def replicas(stub):
                 {"gpu": {"url": stub.base, "kind": "vllm", "slots": 4},
                  "one": {"url": stub.base, "kind": "vllm", "slots": 1, "queue": {"depth": 8, "timeout_s": 30}}},
                 models,
-                auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB}],
+                auth={"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB},
+                               {"name": "carol", "key": CAROL}],
                       "admin_key_env": "HLF_TEST_ADMIN_KEY"},
                 cluster={"redis_url": r.url, "lease_s": 5, "replica_id": f"gw-{replica}"})
             return Gateway(cfg, env={"HLF_TEST_ADMIN_KEY": ADMIN})
@@ -152,18 +153,29 @@ def test_a_queued_completion_on_a_leaves_the_queue_before_it_reaches_the_backend
 
 def test_another_client_or_another_model_is_not_superseded(ab, stub, log):
     a, b = ab
-    long: list = []
-    th = _stream(a, ALICE, {"model": "coder", "prompt": "long [stub delay_ms=20]", "max_tokens": 60}, long)
-    wait_for(lambda: stub.stats()["in_flight"] == 1, timeout=20)
+    # two long generations on a: alice's, and carol's, which later serves as a barrier
+    alice: list = []
+    carol: list = []
+    ta = _stream(a, ALICE, {"model": "coder", "prompt": "alice [stub delay_ms=20]", "max_tokens": 500}, alice)
+    tc = _stream(a, CAROL, {"model": "coder", "prompt": "carol [stub delay_ms=20]", "max_tokens": 500}, carol)
+    wait_for(lambda: stub.stats()["in_flight"] == 2, timeout=20)
     assert _complete(b, BOB, "coder", "bob", 3)[0] == 200  # another client, same model
     assert _complete(b, ALICE, "coder2", "other model", 3)[0] == 200  # same client, another model
-    th.join(30)
-    status, raw = long[0]
-    assert status == 200 and "[DONE]" in raw and _text(raw).endswith(" c60")
-    # the stub saw the two short ones finish while the long one still ran, and cut nothing
-    done = log("completed")
-    assert [ln.split()[2] for ln in done] == ["tokens=3", "tokens=3", "tokens=60"]
-    assert stub.stats()["cancelled"] == 0
+    # carol's newer completion cuts her own on a. Replica a hears the registrations in the order
+    # Redis ran them, so by the time carol's is cut, bob's and alice's other-model ones were heard
+    # (no waiting on a clock for a cancellation that should not come)
+    assert _complete(b, CAROL, "coder", "carol again", 3)[0] == 200
+    tc.join(30)
+    print("ALOG", [(r.get("key"), r.get("outcome"), r.get("tokens_out"), r.get("status")) for r in a.access_log()], [l for l in a.stderr().splitlines() if "supersede" in l], log(""))
+    assert carol and "superseded" in carol[0][1]
+    assert len(log("cancelled")) == 1 and stub.stats()["in_flight"] == 1 and ta.is_alive()
+    # and alice's own newer completion on the same model still ends hers
+    assert _complete(b, ALICE, "coder", "alice again", 3)[0] == 200
+    ta.join(30)
+    assert alice and "superseded" in alice[0][1]
+    cut = log("cancelled")
+    assert len(cut) == 2 and all(int(ln.split("after ")[1].split()[0]) < 500 for ln in cut)
+    assert [ln.split()[2] for ln in log("completed")] == ["tokens=3"] * 4
 
 
 def test_without_redis_a_completion_meets_the_slot_rule_never_a_500_and_it_is_said_once(replicas, stub):

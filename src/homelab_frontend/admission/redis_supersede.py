@@ -47,6 +47,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Hashable
 
+from .redis_leases import kept_cancel
 from .supersede import MESSAGE, Cancellable, wait_ended
 
 log = logging.getLogger("homelab_frontend.cluster")
@@ -161,6 +162,7 @@ class SharedSupersede:
         self._register = registry.client.register_script(REGISTER)
         self._listener: asyncio.Task | None = None
         self._local_only = False  # Redis failed us: said once, until it answers again
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self.book)
@@ -178,9 +180,10 @@ class SharedSupersede:
             pass
 
     async def close(self) -> None:
+        self._closed = True  # the listener's cancellation may be lost in redis-py (kept_cancel)
         if self._listener is not None:
             self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+            await asyncio.wait((self._listener,), timeout=2 * self.reg.op_timeout)
 
     # -- a request ----------------------------------------------------------------------------
 
@@ -213,8 +216,8 @@ class SharedSupersede:
             return None
         try:
             async with asyncio.timeout(self.reg.op_timeout):
-                seq = int(await self._register(keys=[KEY_PREFIX + key],
-                                               args=[KEY_TTL_MS, CHANNEL, f"{key} {self.reg.replica}"]))
+                seq = int(await kept_cancel(self._register(
+                    keys=[KEY_PREFIX + key], args=[KEY_TTL_MS, CHANNEL, f"{key} {self.reg.replica}"])))
         except Exception as err:  # noqa: BLE001 - whatever it is, the completion is still served
             self._degraded(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
             return None
@@ -246,13 +249,13 @@ class SharedSupersede:
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
         """Best effort and never dies: a lost message only lets a stale completion run on."""
-        while True:
+        while not self._closed:
             pubsub = self.reg.client.pubsub()
             try:
                 async with asyncio.timeout(self.reg.op_timeout):
                     await pubsub.subscribe(CHANNEL)
                 subscribed.set()
-                while True:
+                while not self._closed:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if msg and msg.get("type") == "message":
                         self.heard(str(msg["data"]))
