@@ -34,6 +34,9 @@ completions on a model is the newest; then each replica cancels what it holds th
   number heard later, so after an outage the first numbered registration elsewhere cancels it.
 - Limits. Pub/sub delivers at most once: a message lost (a subscription being re-made) leaves
   the older completion running to its end, as before this module, never a wrong cancel. The
+  numbers follow one Redis server's clock: a failover to a Redis whose clock is behind by more
+  than a completion's life would, for completions registered on both sides of it, judge the
+  newer one stale (for that one pair; the next completion is numbered on the new clock). The
   new request does not wait for an older one on another replica to end: it takes its slot
   through the shared pool, which hands it the slot the cancelled one gives back.
 """
