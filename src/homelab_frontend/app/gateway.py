@@ -18,7 +18,7 @@ from aiohttp import web
 
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
-from ..admission.supersede import Supersede
+from ..admission.supersede import LatestWins, Supersede
 from ..errors import GatewayError
 from ..lifecycle.fleet import Fleet
 from ..ops import health
@@ -56,7 +56,7 @@ class Gateway:
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
         self.tracker = Tracker()
-        self.supersede = Supersede()  # latest-wins completions (admission/supersede.py)
+        self.supersede: LatestWins = Supersede()  # latest-wins completions (admission/supersede.py)
         self.backends: dict[str, BackendState] = {}
         self.clients: dict[str, UpstreamClient] = {}
         self.access_log = AccessLog(cfg.access_log)
@@ -64,11 +64,16 @@ class Gateway:
         self.signer = ThinkingSigner(secret.encode() if secret else None)
         self.metrics = Metrics(self)
         self.connguard: ConnectionGuard | None = None  # set by build_app
+        self.shared_supersede = None  # redis_supersede.SharedSupersede, with a cluster
         self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
         if cfg.cluster is not None:
             from ..ops.cluster import attach  # imports redis: only when a cluster is configured
 
             self.cluster = attach(self, cfg.cluster)
+            from ..admission.redis_supersede import SharedSupersede
+
+            self.shared_supersede = SharedSupersede(self.cluster)  # latest wins across the replicas
+            self.supersede = self.shared_supersede
         # who used what (usage/): fed by observe(), budgets checked by hold()
         self.usage = Ledger(cfg, self.cluster.client if self.cluster is not None else None) if cfg.usage.enabled else None
         self.tracing = otel.start(cfg.tracing)  # None unless tracing.otlp_endpoint is configured
@@ -139,6 +144,7 @@ class Gateway:
         self.fleet.start()  # managed backends: preloads start now, the rest on their first request
         if self.cluster is not None:
             await self.cluster.start()  # first contact with Redis before the port opens
+            await self.shared_supersede.start()  # subscribed to the others' completions
 
     def reload(self) -> list[str]:
         """Re-read the config file. -> problems (empty when applied)."""
@@ -391,6 +397,7 @@ class Gateway:
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.close)
         if self.cluster is not None:
+            await self.shared_supersede.close()
             await self.cluster.close()  # gives back any slot still held, then disconnects
 
 

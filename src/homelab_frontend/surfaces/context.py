@@ -9,7 +9,7 @@ from typing import Any, AsyncContextManager, Callable, Protocol, TypeVar
 from aiohttp import web
 
 from .. import config as cfgmod
-from ..admission.supersede import Supersede
+from ..admission.supersede import LatestWins
 from ..lifecycle.fleet import Fleet
 from ..policy.auth import Auth, Principal
 from ..policy.routing import BackendState, Router
@@ -31,7 +31,7 @@ class Gateway(Protocol):
     signer: ThinkingSigner
     responses: ResponsesState
     cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
-    supersede: Supersede  # a client's newest completion per model (admission/supersede.py)
+    supersede: LatestWins  # a client's newest completion per model (admission/supersede.py, redis_supersede.py)
     fleet: Fleet  # managed backends (`run:`): what Ollama's keep_alive and load requests act on
 
     async def read_body(self, request: web.Request) -> bytes: ...

@@ -234,3 +234,53 @@ def RedisServer_members(url: str, backend: str) -> list[str]:
     import redis
 
     return redis.Redis.from_url(url, decode_responses=True).zrange(f"hlf:slots:{backend}", 0, -1)
+
+
+def test_a_cancellation_the_awaited_call_swallowed_is_raised_again():
+    # what Python 3.11's asyncio.wait_for (inside redis-py) does when the call finished by the
+    # time the cancellation arrives: it returns the result and the cancellation is gone
+    from homelab_frontend.admission.redis_leases import kept_cancel
+
+    async def swallows(started: asyncio.Event):
+        started.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return "result"
+
+    async def cancelled(wrap):
+        started = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(wrap(swallows(started)))
+        await started.wait()
+        task.cancel()
+        return (await asyncio.gather(task, return_exceptions=True))[0]
+
+    assert asyncio.run(cancelled(lambda c: c)) == "result"
+    assert isinstance(asyncio.run(cancelled(kept_cancel)), asyncio.CancelledError)
+
+
+def test_a_request_cancelled_during_its_redis_calls_stops(redis_url):
+    # redis-py on Python 3.11 lost almost every such cancellation (299 of 300 PINGs); through
+    # Registry.call none may be lost, whenever it lands
+    async def main():
+        (reg,) = await _replicas(redis_url, 1)
+        pool = reg.pool("cancel-1", 1, 4, 0.5)
+        lost = 0
+        try:
+            for i in range(100):
+                async def loop():
+                    for _ in range(300):  # ~0.1 s: far longer than the cancel's delay
+                        await reg.live(pool)
+                task = asyncio.get_running_loop().create_task(loop())
+                await asyncio.sleep((i % 10) / 3000)
+                task.cancel()
+                try:
+                    await task
+                    lost += 1
+                except asyncio.CancelledError:
+                    pass
+        finally:
+            await reg.close()
+        return lost
+
+    assert asyncio.run(main()) == 0

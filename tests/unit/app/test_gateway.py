@@ -53,3 +53,28 @@ def test_apply_keeps_pools_and_drops_idle_removed_backends(gw, tmp_path):
     gw.backends["gpu1"].pool.in_use = 0
     assert gw._drop_if_idle("gpu1")
     assert set(gw.backends) == {"gpu0"} and set(gw.clients) == {"gpu0"}
+
+
+def test_without_a_cluster_latest_wins_is_in_process_and_redis_is_never_imported(tmp_path):
+    # in a fresh interpreter: this test process may have imported redis for other tests
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio, sys
+from homelab_frontend import config as cfgmod
+from homelab_frontend.app.gateway import Gateway
+from homelab_frontend.admission.supersede import Supersede
+cfg = cfgmod.parse({{"backends": {{"b": {{"url": "http://127.0.0.1:9/v1"}}}},
+                    "models": {{"m": {{"backend": "b", "supersede": True}}}},
+                    "responses": {{"store": {{"path": {str(tmp_path / "r.sqlite3")!r}}}}}}})
+async def main():
+    g = Gateway(cfg)
+    assert type(g.supersede) is Supersede and g.shared_supersede is None
+    await g.close()
+asyncio.run(main())
+loaded = sorted(m for m in sys.modules if m == "redis" or m.startswith(("redis.", "homelab_frontend.admission.redis")))
+assert not loaded, loaded
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

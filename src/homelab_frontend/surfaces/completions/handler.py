@@ -19,7 +19,8 @@ its next token on every backend (llama.cpp notices a closed stream, not a closed
 Latest wins (`supersede: true` on the model, admission/supersede.py): the request registers as
 its client's newest completion on that model before it asks for a slot, which cancels the
 previous one; a warm-up that generates nothing (llama.vscode's `n_predict: 0`) neither cancels
-nor is cancelled.
+nor is cancelled. With a `cluster:` section the same rule holds across the replicas
+(admission/redis_supersede.py: the registration then takes one Redis round trip).
 """
 
 from __future__ import annotations
