@@ -35,10 +35,44 @@ START_TIMEOUT = 10.0
 STOP_GRACE = 5.0
 
 
+def _port_range() -> range:
+    """This process's own ports: a slice per xdist worker of the ports below the kernel's
+    ephemeral range. A port the OS hands out for port 0 (a test's in-process server, any outgoing
+    connection) is ephemeral, so it can never be one a test picked and has not bound yet; and no
+    two workers pick from the same slice. (Port 0's free port, closed before the server binds it,
+    was seen taken by another worker's port-0 server in that gap: a managed backend's probe then
+    reached a stranger.)"""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = low if low > 12000 else 32768  # an ephemeral range that starts low: best effort
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(worker) if worker.isdigit() else 0
+    width = (top - 10000) // count
+    return range(10000 + index * width, 10000 + (index + 1) * width)
+
+
+_PORTS = _port_range()
+_next_port = _PORTS.start + (os.getpid() * 7919) % len(_PORTS)  # a fresh start on every run
+_port_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port of this worker's own that nothing listens on or is bound to now."""
+    global _next_port
+    with _port_lock:
+        for _ in range(len(_PORTS)):
+            port = _next_port
+            _next_port = port + 1 if port + 1 < _PORTS.stop else _PORTS.start
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.02) -> T:

@@ -164,9 +164,11 @@ def test_attempt_moves_to_the_next_backend_each_once_and_gives_each_slot_back():
         import socket
 
         runner, good, _ = await _upstream()
-        with socket.socket() as s:  # a port nothing listens on: connection refused
-            s.bind(("127.0.0.1", 0))
-            dead = s.getsockname()[1]
+        # a port bound and never listened on, for the whole test: connection refused, and no
+        # other process can take it meanwhile (a closed one could be handed out again)
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        dead = held.getsockname()[1]
         route, clients = _two([dead, dead, good])
         b0, b1, b2 = route.backends
         t = Tracked("req_f1", "openai", "m", None, True)
@@ -191,6 +193,7 @@ def test_attempt_moves_to_the_next_backend_each_once_and_gives_each_slot_back():
             assert t2.tried() == ["b0", "b1"] and not b0.up and not b1.up  # the second failure in a row
             assert (b0.pool.in_use, b1.pool.in_use) == (0, 0)
         finally:
+            held.close()
             for c in clients.values():
                 await c.close()
             await runner.cleanup()
