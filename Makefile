@@ -8,7 +8,7 @@ PYTHON ?= python3
 # pytest-xdist workers. The suite mostly waits (servers starting, streams at a token pace), so
 # more workers than the 2 cores pay: tests/xdist_groups.py keeps each module (and each shared real
 # server's tests) on one worker. PYTEST_ARGS adds to either run (`make test PYTEST_ARGS='-x'`).
-JOBS   ?= 3
+JOBS   ?= 4
 PARALLEL := -n $(JOBS) --dist loadgroup
 # the assertion rewrites are cached in __pycache__ (gitignored) even where the environment asks
 # Python not to write bytecode: re-rewriting every test module costs each worker ~10 s of CPU
