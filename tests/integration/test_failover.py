@@ -204,10 +204,13 @@ def test_a_backend_that_answers_its_probe_but_fails_every_request_does_not_flap(
     """Probed every 0.5 s, resetting every request: without hysteresis it would be taken back
     every half second and fail two requests each time. With it, each mark-down doubles the wait
     before the next try, so over T seconds it sees about log2(2T) requests."""
-    cfg = _cfg({"gpu0": gpu0.base, "gpu1": gpu1.base}, {"m": {"backends": ["gpu0", "gpu1"], "affinity": False}},
-               interval=0.5)
+    # only gpu0 is probed every 0.5 s: a probe's timeout is capped at its interval, and gpu1, the
+    # one that answers, must not be taken out by one probe slower than 0.5 s on a busy machine
+    cfg = config_for({"gpu0": {"url": gpu0.base, "slots": 2, "health_interval_s": 0.5},
+                      "gpu1": {"url": gpu1.base, "slots": 2, "health_interval_s": 60}},
+                     {"m": {"backends": ["gpu0", "gpu1"], "affinity": False}})
     with Gateway(cfg) as g:
-        wait_for(lambda: g.admin()["backends"]["gpu0"]["up"], 10)
+        wait_for(lambda: g.admin()["backends"]["gpu0"]["up"] and g.admin()["backends"]["gpu1"]["up"], 30)
         gpu0.fail(reset=True)
         t0 = time.monotonic()
         statuses = []
