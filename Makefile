@@ -10,6 +10,8 @@ PYTHON ?= python3
 # server's tests) on one worker. PYTEST_ARGS adds to either run (`make test PYTEST_ARGS='-x'`).
 JOBS   ?= 4
 PARALLEL := -n $(JOBS) --dist loadgroup
+# the fast set starts no real server, so two more workers cost little memory and fill the waits
+FAST_JOBS ?= 6
 # the assertion rewrites are cached in __pycache__ (gitignored) even where the environment asks
 # Python not to write bytecode: re-rewriting every test module costs each worker ~10 s of CPU
 PYTEST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest
@@ -49,7 +51,7 @@ FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOA
 	HLF_HYPOTHESIS_SCALE=$${HLF_HYPOTHESIS_SCALE:-0.25}
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
-	$(FAST_ENV) $(PYTEST) -q $(PARALLEL) -m 'not real' --durations=15 $(PYTEST_ARGS)
+	$(FAST_ENV) $(PYTEST) -q -n $(FAST_JOBS) --dist loadgroup -m 'not real' --durations=15 $(PYTEST_ARGS)
 
 bench: $(VENV)/.test
 	$(PY) -m bench.run $(BENCH_ARGS)
