@@ -16,7 +16,7 @@ import pytest
 from gwproc import Gateway, config_for
 from managed import alive, backends, group_members, port_closed, stub_backend, wait_gone, wait_state
 from rawhttp import post_raw, sse_events
-from stubproc import wait_for
+from stubproc import free_port, start_stub, wait_for
 
 
 def chat(gw, model, prompt="hi", stream=False, dialect="openai", timeout=60):
@@ -341,3 +341,26 @@ def test_a_server_that_dies_mid_stream_ends_the_stream_with_an_error_frees_its_s
         view = wait_state(gw, "a", "stopped")
         assert view["in_use"] == 0 and view["last_exit_status"] == -9
         assert chat(gw, "m")[0] == 200 and backends(gw)["a"]["pid"] not in (None, pid)
+
+
+def test_a_stranger_on_the_backends_port_is_never_taken_for_its_server():
+    """Another program (here a stub the gateway did not start) answers at a managed backend's
+    address: the start fails naming it, without spawning (the new server could not bind, and
+    the probe would take the stranger for it), and no request reaches the stranger; once the
+    port is free the next start is the gateway's own server."""
+    port = free_port()
+    cfg = config_for({"a": stub_backend("vllm", port=port, uses=None, model="ma", start_timeout_s=1, backoff_s=1)},
+                     {"ma": {"backend": "a"}})
+    with start_stub("vllm", "--model", "ma", "--port", str(port)) as stranger, Gateway(cfg) as gw:
+        status, _, raw = chat(gw, "ma")
+        assert status == 503 and "already answers" in json.loads(raw)["error"]["message"], raw
+        view = backends(gw)["a"]
+        assert view["state"] == "failed" and view["pid"] is None and "already answers" in view["error"]
+        assert stranger.requests() == []
+        _, text = gw.get("/admin/backends/a/log?lines=50")
+        assert f"http://127.0.0.1:{port}/v1 already answers: waiting for it to be free" in text
+        assert 'hlf_backend_starts_total{backend="a",outcome="port_in_use"} 1.0' in gw.get("/metrics")[1]
+        stranger.stop()
+        status, _, raw = wait_for(lambda: (r := chat(gw, "ma"))[0] == 200 and r, 30)
+        view = backends(gw)["a"]
+        assert view["state"] == "ready" and alive(view["pid"])

@@ -39,8 +39,8 @@ from .timing import server_timing
 
 log = logging.getLogger("homelab_frontend")
 T = TypeVar("T")
-TRACKED = "hlf_tracked"  # request[...]: the record, for what reads the body (capture_content)
-BODY_BYTES = "hlf_body_bytes"  # request[...]: the body's size (the ledger's estimate of an unreported prompt)
+TRACKED = web.RequestKey("hlf_tracked", Tracked)  # the record, for what reads the body (capture_content)
+BODY_BYTES = web.RequestKey("hlf_body_bytes", int)  # the body's size (the ledger's estimate of an unreported prompt)
 OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 

@@ -99,12 +99,17 @@ class Effects:
         run = u.run
         if u.child is not None and u.child.running:  # a sleeping one being replaced: it goes first
             u.last_exit = await u.child.stop(run.stop_timeout_s)
+        deadline = time.monotonic() + run.start_timeout_s
+        if not await self._address_free(u, deadline):
+            return "port_in_use", (f"{u.cfg.url} already answers, and not from a server the gateway "
+                                   f"started: another program (or a server left from an earlier run) "
+                                   f"holds its port; the readiness probe would have taken it for this "
+                                   f"backend. Stop it, or give the backend another port")
         u.log.mark(f"-- gateway: starting {' '.join(run.argv())}")
         u.goal = u.goal.respawned()  # whatever was to be replaced is: this is the new command
         u.child = child = await self.spawner(run.argv(), run.env, run.cwd, u.log, run.kill_grace_s)
         child.exited.add_done_callback(lambda _: self.kick())  # an exit while serving is an event too
         u.log.mark(f"-- gateway: pid {child.pid}")
-        deadline = time.monotonic() + run.start_timeout_s
         while True:
             if not child.running:
                 u.last_exit = child.exited.result()
@@ -118,6 +123,21 @@ class Effects:
                 await asyncio.wait_for(asyncio.shield(child.exited), READY_POLL_S)
             except TimeoutError:
                 pass
+
+    async def _address_free(self, u: Managed, deadline: float) -> bool:
+        """A server about to be spawned must find its address free: if something else answers
+        there, the readiness probe would take that stranger for the new server and route to it.
+        What holds it may be on its way out (a previous leader's server that its supervisor is
+        killing, a stopped server's last second), so the start waits for it, within its own
+        start_timeout_s, before calling it taken."""
+        if not await self.prober.listening(u.cfg):
+            return True
+        u.log.mark(f"-- gateway: {u.cfg.url} already answers: waiting for it to be free before starting")
+        while time.monotonic() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            if not await self.prober.listening(u.cfg):
+                return True
+        return False
 
     async def _wake(self, u: Managed) -> tuple[str, str | None]:
         run = u.run

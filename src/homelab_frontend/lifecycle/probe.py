@@ -9,6 +9,9 @@ memory is freed, `POST /wake_up` when it is back, `GET /is_sleeping` says which.
 
 from __future__ import annotations
 
+import asyncio
+from urllib.parse import urlsplit
+
 import aiohttp
 
 from .. import config as cfgmod
@@ -46,6 +49,21 @@ class Prober:
                 return r.status == 200
         except (aiohttp.ClientError, OSError, TimeoutError):
             return False
+
+    async def listening(self, b: cfgmod.Backend) -> bool:
+        """Whether something accepts connections at the backend's address now: before a spawn,
+        that is a process the gateway did not start (or one it stopped that has not let go)."""
+        parts = urlsplit(b.url)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return False
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, port), TIMEOUT_S)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        return True
 
     async def _post(self, url: str, timeout_s: float) -> None:
         async with self.session().post(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:

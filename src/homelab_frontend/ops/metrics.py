@@ -425,7 +425,8 @@ def _lifecycle_families(fleet):
     state = GaugeMetricFamily("hlf_backend_state", "1 for the state a managed backend is in now.",
                               labels=["backend", "state"])
     starts = CounterMetricFamily("hlf_backend_starts", "Starts (spawns or wakes) of a managed backend by outcome: "
-                                 "ok, exit (it exited first), timeout (not ready within start_timeout_s), error.",
+                                 "ok, exit (it exited first), timeout (not ready within start_timeout_s), "
+                                 "port_in_use (another process answered at its address), error.",
                                  labels=["backend", "outcome"])
     hist = HistogramMetricFamily("hlf_backend_start_seconds", "From spawn (or wake) to ready, successful starts.",
                                  labels=["backend"])
@@ -436,7 +437,7 @@ def _lifecycle_families(fleet):
     for name, u in list(fleet.units.items()):
         for s in State:
             state.add_metric([name, s.value], 1 if u.state is s else 0)
-        for outcome in ("ok", "exit", "timeout", "error"):
+        for outcome in ("ok", "exit", "timeout", "port_in_use", "error"):
             starts.add_metric([name, outcome], fleet.starts.get((name, outcome), 0))
         counts = fleet.start_buckets.get(name, [0] * len(START_BUCKETS))
         n = fleet.starts.get((name, "ok"), 0)

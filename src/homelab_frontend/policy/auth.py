@@ -25,7 +25,6 @@ from .. import config as cfgmod
 from ..errors import GatewayError
 from .routing import Route
 
-_PRINCIPAL = "principal_key"  # request[...]: the matched _Key, set once per request
 
 
 class Principal:
@@ -53,6 +52,9 @@ class _Key:
         self.digest = _digest(secret)
         self.cfg = cfg
         self.principal = Principal(cfg.name, cfg.priority)
+
+
+_PRINCIPAL = web.RequestKey("principal_key", _Key)  # the matched key, set once per request
 
 
 def _presented(request: web.Request, *, query_key: bool = False) -> str | None:

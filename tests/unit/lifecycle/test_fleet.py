@@ -70,10 +70,19 @@ class Spawner:
 class Prober:
     def __init__(self) -> None:
         self.delay = 0.05
+        self.taken_for = 0  # how many `listening` asks still find the address taken (-1: for good)
+        self.asked = 0
 
     async def ready(self, cfg) -> bool:
         await asyncio.sleep(self.delay)
         return True
+
+    async def listening(self, cfg) -> bool:
+        self.asked += 1
+        if self.taken_for:
+            self.taken_for -= self.taken_for > 0
+            return True
+        return False
 
     async def close(self) -> None:
         pass
@@ -135,6 +144,38 @@ def test_a_failed_start_answers_its_waiters_and_backs_off():
         with pytest.raises(GatewayError) as again:  # the back-off: refused at once, not queued
             await pools["a"].acquire()
         assert again.value.retry_after >= 1 and pools["a"].queued == 0
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_a_taken_address_fails_the_start_without_spawning_and_names_it():
+    """Something else answers at the backend's address: spawning would leave the new server
+    unable to bind while the probe took the stranger for it and the requests went there."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a", start_timeout_s=0.5)
+        prober.taken_for = -1
+        with pytest.raises(GatewayError) as ei:
+            await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        msg = ei.value.message
+        assert ei.value.status == 503 and "already answers" in msg
+        assert "not from a server the gateway started" in msg and "next try in" in msg
+        assert spawner.children == {} and fleet.units["a"].state is State.FAILED
+        assert fleet.starts[("a", "port_in_use")] == 1
+        assert "waiting for it to be free" in "\n".join(fleet.units["a"].log.tail(5))
+        await fleet.close()
+    asyncio.run(go())
+
+
+def test_an_address_freed_within_the_start_timeout_is_waited_for():
+    """What holds the port may be on its way out (a previous leader's server being killed by
+    its supervisor): the start waits for it, then spawns."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        prober.taken_for = 3
+        lease = await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        assert prober.asked == 4 and len(spawner.children["a"]) == 1
+        assert fleet.units["a"].state is State.READY and fleet.starts[("a", "ok")] == 1
+        pools["a"].release(lease, 0.1)
         await fleet.close()
     asyncio.run(go())
 

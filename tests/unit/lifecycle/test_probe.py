@@ -118,6 +118,27 @@ def test_ready_is_false_when_nothing_listens_or_nothing_answers_in_time(monkeypa
     _run(main())
 
 
+def test_listening_is_whether_anything_accepts_at_the_backends_address():
+    """Asked before a spawn: a listener that never answers HTTP counts (it holds the port); a
+    port only bound, or a URL whose port cannot be read, does not."""
+    import socket
+
+    async def main():
+        prober = Prober()
+        with socket.socket() as held, socket.socket() as bound:
+            held.bind(("127.0.0.1", 0))
+            held.listen()
+            bound.bind(("127.0.0.1", 0))
+            assert await prober.listening(_backend(f"http://127.0.0.1:{held.getsockname()[1]}/v1")) is True
+            assert await prober.listening(_backend(f"http://127.0.0.1:{bound.getsockname()[1]}/v1")) is False
+            assert await prober.listening(_backend("http://127.0.0.1:99999/v1")) is False
+        async with StubServer(StubConfig(flavour="vllm")) as vllm:
+            assert await prober.listening(_backend(vllm.url + "/v1")) is True
+        await prober.close()
+
+    _run(main())
+
+
 def test_sleep_and_wake_drive_vllm_s_dev_endpoints_and_is_sleeping_reads_them():
     async def main():
         prober = Prober()

@@ -156,9 +156,12 @@ def test_the_connector_tells_a_reused_connection_from_a_new_one():
     from homelab_frontend import config as cfgmod
     from homelab_frontend.upstream import client as clientmod
 
+    async def empty(_request):
+        return web.json_response({})
+
     async def main():
         app = web.Application()
-        app.router.add_post("/v1/x", lambda r: web.json_response({}))
+        app.router.add_post("/v1/x", empty)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
