@@ -16,6 +16,7 @@ from aiohttp import web
 
 from ..errors import GatewayError
 from ..policy import limits
+from ..policy.auth import Auth
 from ..request.exchange import client_gone
 from ..request.outcome import FAILED, LEFT, OK
 from ..request.tracker import Tracked, new_request_id
@@ -88,8 +89,7 @@ def surface(dialect: str, fn: Handler):
             return _error_answer(request, t, err, render)
         finally:
             gw.tracker.remove(t)
-            key = request.get("principal_key")
-            t.key_name = key.name if key is not None else None
+            t.key_name = Auth.key_name(request)
             t.body_bytes = request.get(BODY_BYTES)
             gw.observe(t, request.path)
 

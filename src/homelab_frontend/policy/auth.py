@@ -141,6 +141,12 @@ class Auth:
         request[_PRINCIPAL] = key
         return key.principal
 
+    @staticmethod
+    def key_name(request: web.Request) -> str | None:
+        """The name of the key this request authenticated with (None: keys off, or none matched)."""
+        key = request.get(_PRINCIPAL)
+        return key.name if key is not None else None
+
     def may_use(self, request: web.Request, route: Route) -> bool:
         key = request.get(_PRINCIPAL)
         if key is None or key.cfg.models is None:

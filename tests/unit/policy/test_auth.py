@@ -50,6 +50,14 @@ def test_either_header_form_and_the_principal_it_names():
     assert p.name == "bob"
 
 
+def test_the_key_name_the_access_log_reads_is_the_one_authenticated():
+    auth = _auth()
+    req = _req(**{"x-api-key": "alice-secret"})
+    assert Auth.key_name(req) is None  # not yet authenticated
+    auth.authenticate(req)
+    assert Auth.key_name(req) == "alice"
+
+
 def test_googles_forms_header_and_query_parameter():
     auth = _auth()
     assert auth.authenticate(_req(**{"x-goog-api-key": "alice-secret"})).name == "alice"
