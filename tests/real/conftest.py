@@ -31,7 +31,7 @@ def llama_gw(llama):
 def idle_llama(llama, llama_gw):
     """The shared server with nothing running (a previous test's generation would skew this one's
     evidence), and the gateway holding no slot."""
-    wait_for(llama.idle, timeout=30, interval=0.05)
+    wait_for(llama.idle, timeout=30, interval=0.25)
     yield llama
 
 

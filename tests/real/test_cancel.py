@@ -84,7 +84,7 @@ def _run_phase(llama, gw, make_request, seed: int) -> list[float]:
     rng = random.Random(seed)
     took = []
     for i in range(REPS):
-        wait_for(llama.idle, timeout=30, interval=0.05)
+        wait_for(llama.idle, timeout=30, interval=0.25)
         companion = Companion(gw)
         try:
             make_request(DIALECTS[i % len(DIALECTS)], rng)

@@ -45,7 +45,7 @@ def test_the_ledger_counts_what_llamacpp_processed_and_generated(idle_llama, lla
     path, body = _body(dialect, f"Name three colours ({dialect}, {stream}).", stream, 12)
     status, _, raw = post_raw(llama_gw.url + path, body)
     assert status == 200, raw
-    wait_for(idle_llama.idle, timeout=30, interval=0.05)
+    wait_for(idle_llama.idle, timeout=30, interval=0.25)
     after = wait_for(lambda: (a := _ledger(llama_gw)).get("requests", 0) > before.get("requests", 0) and a, 10)
     p1, g1 = wait_for(lambda: (c := _counters(idle_llama))[1] > g0 and c, 10)
     d = {k: after[k] - before.get(k, 0) for k in after}
@@ -59,7 +59,7 @@ def test_a_cut_stream_counts_no_more_than_llamacpp_generated(idle_llama, llama_g
     before, (_, g0) = _ledger(llama_gw), _counters(idle_llama)
     path, body = _body("openai", "Write a long story about a lighthouse keeper.", True, 400)
     post_and_vanish(llama_gw.url + path, body, after_bytes=2000)
-    wait_for(idle_llama.idle, timeout=30, interval=0.05)
+    wait_for(idle_llama.idle, timeout=30, interval=0.25)
     after = wait_for(lambda: (a := _ledger(llama_gw)).get("cancelled", 0) > before.get("cancelled", 0) and a, 10)
     _, g1 = _counters(idle_llama)
     out = after["output_tokens"] - before.get("output_tokens", 0)

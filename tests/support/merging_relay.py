@@ -45,6 +45,12 @@ class MergingRelay:
     def __exit__(self, *exc: object) -> None:
         async def close() -> None:
             self._server.close()
+            # the pipes still open end here, on their loop: left to the garbage collector, they
+            # closed their sockets on a loop already closed (an unraisable warning in the run)
+            pipes = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pipes:
+                t.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
             await self._server.wait_closed()
 
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
