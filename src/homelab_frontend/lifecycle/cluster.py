@@ -70,7 +70,7 @@ class Coordinator:
         self._release = client.register_script(RELEASE)
         self._renewed_at: float | None = None  # monotonic time the last successful renewal was sent
         self._task: asyncio.Task | None = None
-        self._closing = False
+        self._closed = False
         self._failures = 0  # rounds failed in a row (Redis unreachable): logged, rate-limited
         self._failing_since: float | None = None
         self._logged_at: float | None = None
@@ -103,7 +103,7 @@ class Coordinator:
         next_renew = 0.0
         # not `while True`: a cancellation that lands as a Redis call completes is lost in redis-py
         # on Python 3.11 (admission/redis_leases.kept_cancel), and close() would wait for good
-        while not self._closing:
+        while not self._closed:
             try:
                 now = time.monotonic()
                 if now >= next_renew:
@@ -189,7 +189,7 @@ class Coordinator:
         await pipe.execute()
 
     async def close(self) -> None:
-        self._closing = True
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -26,7 +26,6 @@ from ..errors import GatewayError
 from .routing import Route
 
 
-
 class Principal:
     """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
 

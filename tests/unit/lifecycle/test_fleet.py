@@ -79,10 +79,11 @@ class Prober:
 
     async def listening(self, cfg) -> bool:
         self.asked += 1
-        if self.taken_for:
-            self.taken_for -= self.taken_for > 0
-            return True
-        return False
+        if self.taken_for == 0:
+            return False
+        if self.taken_for > 0:
+            self.taken_for -= 1
+        return True
 
     async def close(self) -> None:
         pass
