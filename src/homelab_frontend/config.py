@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import shlex
 from pathlib import Path
 from types import UnionType
@@ -14,6 +13,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 import yaml
+
+from . import schema_errors
 
 
 class Listen(msgspec.Struct, forbid_unknown_fields=True):
@@ -413,23 +414,10 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-# msgspec's validation errors are rendered here and nowhere else in the config: what it says
-# (`Invalid enum value 'VLLM' - at `$.kind``) becomes a key path and a sentence, and the schema
-# itself (the struct at that path) supplies what msgspec's text leaves out: the valid values of
-# an enum, the nearest known key to a misspelt one, the offending value.
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
-_ENUM = re.compile(r"^Invalid enum value (?P<value>.*)$", re.S)
-_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
-_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
-
-
-def _steps(path: str) -> list[str | int | None]:
-    """`.keys[0].budget` -> ["keys", 0, "budget"]; a dict key msgspec does not name (`[...]`) -> None."""
-    out: list[str | int | None] = []
-    for name, index in _STEP.findall(path):
-        out.append(name if name else (None if index == "..." else int(index)))
-    return out
+# msgspec's validation errors become key paths and sentences here, read through the one parser of
+# their text (schema_errors.py); the schema itself (the struct at the error's path) supplies what
+# msgspec's text leaves out: the valid values of an enum, the nearest known key to a misspelt one,
+# the offending value, the dict key msgspec writes as `[...]`.
 
 
 def _alternatives(t: Any) -> tuple[Any, ...]:
@@ -493,28 +481,24 @@ def _show(value: Any) -> str:
 
 
 def _msgspec_problem(prefix: str, err: msgspec.ValidationError, typ: type, raw: Any) -> str:
-    m = _AT.match(str(err))
-    assert m is not None  # the pattern matches any text
-    what = m.group("what")
-    here, steps, found, value = _locate(typ, raw, _steps(m.group("path") or ""))
+    e = schema_errors.read(err)
+    here, steps, found, value = _locate(typ, raw, e.steps)
     where = _key_path(prefix, steps) or "(top)"
-    unknown = _UNKNOWN.match(what)
-    if unknown:
-        key = unknown.group("key")
+    if e.kind == "unknown":
         names = [f.encode_name for alt in _alternatives(here)
                  if isinstance(alt, type) and issubclass(alt, msgspec.Struct) for f in msgspec.structs.fields(alt)]
-        near = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-        return f"{_key_path(prefix, [*steps, key])}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")
-    enum = _ENUM.match(what)
-    if enum:
+        near = difflib.get_close_matches(e.field, names, n=1, cutoff=0.6)
+        return f"{_key_path(prefix, [*steps, e.field])}: unknown key" + (f" (did you mean {near[0]!r}?)" if near else "")
+    if e.kind == "enum":
         values = [v for alt in _alternatives(here) if get_origin(alt) is Literal for v in get_args(alt)]
         valid = f" (valid: {', '.join(str(v) for v in values)})" if values else ""
-        return f"{where}: invalid value {enum.group('value')}{valid}"
-    expected = _EXPECTED.match(what)
-    if expected:
+        return f"{where}: invalid value {e.value}{valid}"
+    if e.kind == "expected":
         shown = f" ({_show(value)})" if found else ""
-        return f"{where}: expected `{expected.group('want')}`, got `{expected.group('got')}`{shown}"
-    return f"{where}: {what[0].lower() + what[1:] if what else 'invalid'}"
+        return f"{where}: expected `{e.want}`, got `{e.got}`{shown}"
+    if e.kind == "missing":
+        return f"{_key_path(prefix, [*steps, e.field])}: missing (required)"
+    return f"{where}: {e.text[0].lower() + e.text[1:] if e.text else 'invalid'}"
 
 
 def _convert(prefix: str, raw: Any, typ: type, problems: list[str]) -> Any:
