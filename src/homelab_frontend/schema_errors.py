@@ -15,10 +15,12 @@ from typing import Literal
 
 import msgspec
 
-Kind = Literal["expected", "missing", "unknown", "enum", "value", "other"]
+Kind = Literal["expected", "bound", "missing", "unknown", "enum", "value", "other"]
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _FORMS: tuple[tuple[Kind, re.Pattern[str]], ...] = (
+    # a `msgspec.Meta` constraint: "Expected `int` >= 1", "Expected `float` > 0.0"
+    ("bound", re.compile(r"^Expected `(?P<want>[^`]*)` (?P<op>>=|<=|>|<) (?P<bound>\S+)$")),
     ("expected", re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")),
     ("missing", re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")),
     ("unknown", re.compile(r"^Object contains unknown field `(?P<field>[^`]*)`$")),
@@ -34,7 +36,9 @@ class SchemaError:
     text: str  # msgspec's sentence without the place
     path: str = ""  # as msgspec writes it, without `$.`: "messages[0].content", "" at the top
     steps: list[str | int | None] = field(default_factory=list)  # ["messages", 0, "content"]
-    want: str = ""  # expected: the type(s) wanted, msgspec's names ("str | array")
+    want: str = ""  # expected, bound: the type(s) wanted, msgspec's names ("str | array")
+    op: str = ""  # bound: >=, >, <=, <
+    bound: str = ""  # bound: the limit, as msgspec writes it ("1", "0.0")
     got: str = ""  # expected: the type given
     field: str = ""  # missing, unknown: the field's name
     value: str = ""  # enum, value: the value given, as msgspec quotes it

@@ -110,7 +110,7 @@ def test_affinity_is_on_by_default_and_off_per_model():
     with pytest.raises(cfgmod.ConfigError) as err:
         cfgmod.parse({"backends": {"a": {"url": "http://127.0.0.1:1/v1"}},
                       "models": {"m": {"backend": "a", "affinity_max_wait_s": -1}, "k": {"backend": "a", "affinity": "yes"}}})
-    assert "models.m.affinity_max_wait_s: must be 0 or more" in err.value.problems
+    assert "models.m.affinity_max_wait_s: must be 0 or more, got -1" in err.value.problems
     assert any(p.startswith("models.k.affinity") for p in err.value.problems), err.value.problems
 
 
@@ -172,9 +172,9 @@ def test_run_section_defaults_and_a_string_cmd_split_like_a_shell():
         ({"cmd": []}, "backends.coder.run.cmd: empty (which program runs this backend?)"),
         ({"cmd": "llama-server 'unbalanced"}, "backends.coder.run.cmd: cannot split \"llama-server 'unbalanced\" "
                                                "like a shell would: No closing quotation"),
-        ({"cmd": ["x"], "start_timeout_s": 0}, "backends.coder.run.start_timeout_s: must be more than 0"),
-        ({"cmd": ["x"], "idle_ttl_s": -1}, "backends.coder.run.idle_ttl_s: must be more than 0 (or null: never)"),
-        ({"cmd": ["x"], "kill_grace_s": -1}, "backends.coder.run.kill_grace_s: must be a finite number of seconds, 0 or more"),
+        ({"cmd": ["x"], "start_timeout_s": 0}, "backends.coder.run.start_timeout_s: must be more than 0, got 0"),
+        ({"cmd": ["x"], "idle_ttl_s": -1}, "backends.coder.run.idle_ttl_s: must be more than 0, got -1"),
+        ({"cmd": ["x"], "kill_grace_s": -1}, "backends.coder.run.kill_grace_s: must be 0 or more, got -1"),
         ({"cmd": ["x"], "kill_grace_s": float("inf")}, "backends.coder.run.kill_grace_s: must be a finite number of seconds, 0 or more"),
         ({"cmd": ["x"], "unload": "sleep"}, "backends.coder.run.unload: sleep is vLLM's sleep mode: it needs "
                                              "`kind: vllm` on the backend (got no kind)"),
@@ -336,3 +336,27 @@ def test_an_empty_literal_key_is_refused():
     with pytest.raises(cfgmod.ConfigError) as ei:
         cfgmod.parse({"auth": {"keys": [{"name": "a", "key": ""}]}})
     assert ei.value.problems == ["auth.keys[0].key: must not be empty"]
+
+
+def test_every_problem_of_one_section_is_said_not_only_msgspecs_first():
+    raw = {"backends": {"g": {"url": "http://h/v1", "slots": 0, "queue": {"depth": -1, "timeout_s": "x"},
+                              "timeouts": {"idle_s": 0}, "bogus": 1}},
+           "usage": {"retention_days": 7, "flush_interval_s": 11}, "models": {"m": {"backend": "g"}}}
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(raw)
+    assert sorted(ei.value.problems) == sorted([
+        "backends.g.slots: must be at least 1, got 0",
+        "backends.g.queue.depth: must be 0 or more, got -1",
+        "backends.g.queue.timeout_s: expected `float`, got `str` ('x')",
+        "backends.g.timeouts.idle_s: must be more than 0, got 0",
+        "backends.g.bogus: unknown key",
+        "usage.retention_days: must be at least 32, got 7",
+        "usage.flush_interval_s: must be at most 10, got 11",
+    ])
+
+
+def test_a_required_value_that_is_wrong_is_said_once():
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse({"backends": {"g": {"url": 3, "slots": 0}}})
+    assert ei.value.problems == ["backends.g.url: expected `str`, got `int` (3)",
+                                 "backends.g.slots: must be at least 1, got 0"]  # and no "url: missing"

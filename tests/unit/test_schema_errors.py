@@ -3,7 +3,7 @@ into kind, path, steps and the parts each kind names."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 import pytest
@@ -13,6 +13,7 @@ from homelab_frontend import schema_errors
 
 class Inner(msgspec.Struct, forbid_unknown_fields=True):
     n: int
+    size: Annotated[float, msgspec.Meta(gt=0, le=10)] = 1.0
     mode: Literal["a", "b"] = "a"
 
 
@@ -66,3 +67,10 @@ def test_at_the_top_and_anything_else():
     assert (e.kind, e.path, e.steps, e.got) == ("expected", "", [], "int")
     e = schema_errors.read(msgspec.ValidationError("Something new"))
     assert (e.kind, e.text, e.path) == ("other", "Something new", "")
+
+
+def test_a_constraint_names_its_bound():
+    e = error({"items": [{"n": 1, "size": 0}]})
+    assert (e.kind, e.want, e.op, e.bound, e.path) == ("bound", "float", ">", "0.0", "items[0].size")
+    e = error({"items": [{"n": 1, "size": 11}]})
+    assert (e.kind, e.op, e.bound) == ("bound", "<=", "10.0")

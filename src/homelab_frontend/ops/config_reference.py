@@ -109,6 +109,10 @@ def _constraints(t: msgspec.inspect.Type) -> str:
     """What a field's `msgspec.Meta` demands (ge, gt, le, lt, lengths, pattern), where it has one."""
     found = []
     for alt in (t.types if isinstance(t, msgspec.inspect.UnionType) else (t,)):
+        if isinstance(alt, msgspec.inspect.DictType):
+            inner = _constraints(alt.value_type)
+            found += [f"each {inner}"] if inner else []
+            continue
         for attr, sign in _BOUNDS:
             if getattr(alt, attr, None) is not None:
                 found.append(f"{sign} {getattr(alt, attr)}")

@@ -52,10 +52,12 @@ def test_every_key_of_the_schema_is_a_row_with_its_default():
                 "resources", "lifecycle.swap_after_s", "backends.NAME.run.cmd", "models.NAME.fim.order",
                 "models.NAME.supersede", "models.NAME.priority", "models.NAME.capabilities", "cluster.redis_url"):
         assert f"| `{key}` |" in text, key
-    assert "| `backends.NAME.slots` | integer | `8` |" in text
+    assert "| `backends.NAME.slots` | integer (≥ 1) | `8` |" in text
+    assert "| `backends.NAME.timeouts.total_s` | number or null (> 0) | `null` |" in text
+    assert "| `resources` | mapping of name to number (each ≥ 0) | `{}` |" in text
     assert "| `backends.NAME.url` | string | required |" in text
     assert "| `backends.NAME.kind` | `vllm` \\| `ollama` \\| `llamacpp` \\| `openai` or null | `null` |" in text
-    assert "| `responses.store.ttl_s` | number | `2592000` |" in text
+    assert "| `responses.store.ttl_s` | number (> 0) | `2592000` |" in text
 
 
 class Inner(msgspec.Struct):
