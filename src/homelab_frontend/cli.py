@@ -167,7 +167,9 @@ def _cmd_stub(args: argparse.Namespace) -> int:
     return stub_cli.run(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser(with_stub: bool = False) -> argparse.ArgumentParser:
+    """The command line. `with_stub`: the stub's own options too (they import the stub's server,
+    which `serve`'s start has no use for)."""
     parser = argparse.ArgumentParser(prog="homelab-frontend", description=__doc__)
     parser.add_argument("-V", "--version", action="version", version=f"homelab-frontend {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -185,33 +187,37 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_cmd_check)
 
     p = sub.add_parser("usage", help="tokens per key and model, from the usage ledger (no gateway needed)")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the gateway's YAML config file (it says where the ledger is)")
     p.add_argument("--since", help="ISO 8601 or Unix seconds (default: everything kept)")
-    p.add_argument("--until")
-    p.add_argument("--key")
-    p.add_argument("--model")
+    p.add_argument("--until", help="ISO 8601 or Unix seconds (default: now)")
+    p.add_argument("--key", help="one client key's rows, by its name")
+    p.add_argument("--model", help="one model's rows, by the name clients send")
     p.add_argument("--by", choices=("hour", "day"), help="one row per UTC hour or day (default: totals)")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
     p.set_defaults(fn=_cmd_usage)
 
     p = sub.add_parser("demo", help="the gateway in front of two stand-in backends")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--token-delay-ms", type=int, default=20)
+    p.add_argument("--port", type=int, default=8080, help="the gateway's port (default: 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="the gateway's address (default: 127.0.0.1)")
+    p.add_argument("--token-delay-ms", type=int, default=20, help="the stubs' time per token (default: 20)")
     p.set_defaults(fn=_cmd_demo)
 
     p = sub.add_parser("config-reference", help="every config key with its type, default and meaning (Markdown)")
     p.add_argument("--write", metavar="FILE", help="replace the generated part of FILE (docs/configuration.md)")
     p.set_defaults(fn=_cmd_config_reference)
 
-    p = sub.add_parser("stub", help="a stand-in upstream (vLLM- or Ollama-flavoured)")
+    p = sub.add_parser("stub", help="a stand-in upstream (vLLM-, Ollama- or llama.cpp-flavoured)")
     p.set_defaults(fn=_cmd_stub)
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["stub"]:  # the stub's arguments import the stub's server: not for `serve`'s start
+    if with_stub:
         from .stub import cli as stub_cli
 
         stub_cli.add_arguments(p)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(with_stub=argv[:1] == ["stub"])
     args = parser.parse_args(argv)
     try:
         return args.fn(args) or 0
