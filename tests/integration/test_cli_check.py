@@ -114,3 +114,14 @@ def test_config_reference_rewrites_the_page_as_committed(tmp_path):
     done = run("config-reference", "--write", str(page))
     assert done.returncode == 0, done.stderr
     assert page.read_text(encoding="utf-8") == committed
+
+
+def test_serve_runs_a_config_with_warnings_and_logs_them():
+    from gwproc import Gateway, config_for
+
+    cfg = config_for({"a": {"url": "http://127.0.0.1:9/v1", "slots": 4}, "b": {"url": "http://localhost:9/v1"}},
+                     {"m": {"backends": ["a", "b"]}})
+    with Gateway(cfg) as gw:
+        assert gw.get("/healthz")[0] == 200
+        assert ("config: backends.b.url: the same server as backends.a (http://localhost:9/v1): its slots are "
+                "counted twice (4 + 8)") in gw.stderr()
