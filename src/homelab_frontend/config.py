@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import msgspec
 import yaml
@@ -810,21 +810,25 @@ def auth_environment_problems(auth: Auth, env: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # not a port number: the URL check says so
+        return None
+
+
 def _same_server(url: str) -> tuple[str, str, int | None, str]:
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     host = "127.0.0.1" if host == "localhost" else host
-    try:
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        port = None
-    return parts.scheme, host, port, parts.path.rstrip("/")
+    return parts.scheme, host, _port(parts), parts.path.rstrip("/")
 
 
 def warnings(cfg: Config) -> list[str]:
     """What `serve` runs but is probably a mistake: `check` prints these (and exits 1), `serve`
     logs them at start and on reload. Two backends on one URL are one server whose slots the
-    gateway counts twice, unless each is meant to hold a share of the server's slots."""
+    gateway counts twice, unless each is meant to hold a share of the server's slots. A backend of
+    no stated kind on Ollama's port without /v1 is probably Ollama (with `kind: ollama` it is an error)."""
     found: list[str] = []
     first: dict[tuple, str] = {}
     for name, b in cfg.backends.items():
@@ -836,6 +840,10 @@ def warnings(cfg: Config) -> list[str]:
                          f"{other.slots + b.slots} sequences at once")
         else:
             first[key] = name
+        parts = urlsplit(b.url)
+        if b.kind is None and _port(parts) == 11434 and not parts.path.rstrip("/").endswith("/v1"):
+            found.append(f"backends.{name}.url: {b.url!r} is Ollama's port, and Ollama serves its OpenAI-compatible "
+                         f"API under /v1 (did you mean {b.url.rstrip('/')}/v1?)")
     return found
 
 

@@ -360,3 +360,11 @@ def test_a_required_value_that_is_wrong_is_said_once():
         cfgmod.parse({"backends": {"g": {"url": 3, "slots": 0}}})
     assert ei.value.problems == ["backends.g.url: expected `str`, got `int` (3)",
                                  "backends.g.slots: must be at least 1, got 0"]  # and no "url: missing"
+
+
+def test_a_kindless_url_on_ollamas_port_without_v1_is_a_warning():
+    cfg = cfgmod.parse({"backends": {"o": {"url": "http://box:11434"}, "p": {"url": "http://box:11434/v1"}},
+                        "models": {"m": {"backends": ["o", "p"]}}})
+    assert cfgmod.warnings(cfg) == [
+        "backends.o.url: 'http://box:11434' is Ollama's port, and Ollama serves its OpenAI-compatible API under /v1 "
+        "(did you mean http://box:11434/v1?)"]

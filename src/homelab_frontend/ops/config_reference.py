@@ -145,8 +145,8 @@ def generate(root: type = cfgmod.Config, module: ModuleType = cfgmod) -> str:
                if f.name not in docs.get(cls.__name__, {})]
     missing += [cls.__name__ for _, cls in sections if not (cls.__doc__ or "").strip()]
     if missing:
-        raise Undocumented(f"undocumented in {module.__name__} (give each a docstring below it): "
-                           + ", ".join(dict.fromkeys(missing)))
+        raise Undocumented(f"undocumented in {module.__name__}: {', '.join(dict.fromkeys(missing))} "
+                           "(give each a docstring below it, then run `make config-reference`)")
     lines = [BEGIN, ""]
     for path, cls in sections:
         info = {f.name: f for f in msgspec.inspect.type_info(cls).fields}
