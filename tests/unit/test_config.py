@@ -7,10 +7,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.lifecycle.supervisor import DEATH_GRACE_S
 from homelab_frontend.policy.routing import resolve_alias
+from support.scale import examples
 
 GOOD = """
 listen: {host: 127.0.0.1, port: 8080}
@@ -368,3 +371,36 @@ def test_a_kindless_url_on_ollamas_port_without_v1_is_a_warning():
     assert cfgmod.warnings(cfg) == [
         "backends.o.url: 'http://box:11434' is Ollama's port, and Ollama serves its OpenAI-compatible API under /v1 "
         "(did you mean http://box:11434/v1?)"]
+
+
+# each field with a range, a value outside it, and the line that says so
+_OUT_OF_RANGE = {
+    "slots": (0, "must be at least 1, got 0"),
+    "queue.depth": (-3, "must be 0 or more, got -3"),
+    "queue.timeout_s": (-1.5, "must be 0 or more, got -1.5"),
+    "timeouts.connect_s": (0, "must be more than 0, got 0"),
+    "timeouts.idle_s": (-2, "must be more than 0, got -2"),
+    "timeouts.total_s": (0, "must be more than 0, got 0"),
+    "limits.max_line_bytes": (100, "must be at least 1024, got 100"),
+    "run.sleep_level": (3, "must be at most 2, got 3"),
+    "run.backoff_s": (0, "must be more than 0, got 0"),
+}
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.sets(st.sampled_from(sorted(_OUT_OF_RANGE))))
+def test_each_value_out_of_range_is_said_once_whatever_else_is_wrong(bad):
+    backend: dict = {"url": "http://h/v1", "kind": "vllm", "run": {"cmd": ["x"]}}
+    for key in bad:
+        *outer, last = key.split(".")
+        node = backend
+        for part in outer:
+            node = node.setdefault(part, {})
+        node[last] = _OUT_OF_RANGE[key][0]
+    raw = {"backends": {"g": backend}, "models": {"m": {"backend": "g"}}}
+    if not bad:
+        cfgmod.parse(raw)
+        return
+    with pytest.raises(cfgmod.ConfigError) as ei:
+        cfgmod.parse(raw)
+    assert sorted(ei.value.problems) == sorted(f"backends.g.{k}: {_OUT_OF_RANGE[k][1]}" for k in bad)
