@@ -36,7 +36,8 @@ def stub():
 @pytest.fixture(scope="module")
 def gw(stub):
     cfg = config_for({"gpu": {"url": stub.base, "kind": "vllm", "slots": 8}},
-                     {"m": {"backend": "gpu"}, "coder": {"backend": "gpu", "upstream_model": "m", "supersede": True}},
+                     {"m": {"backend": "gpu"}, "coder": {"backend": "gpu", "upstream_model": "m", "supersede": True},
+                      "fim": {"backend": "gpu", "upstream_model": "m", "fim": "Qwen2.5-Coder"}},
                      connections={"trusted_proxies": ["127.0.0.1"]})
     with Gateway(cfg) as g:
         yield g
@@ -179,6 +180,9 @@ def test_every_dialects_stream_says_x_accel_buffering_no(gw, stub):
                          {"contents": [{"role": "user", "parts": [{"text": "[stub content=2] hi"}]}]}),
         "ollama": ("/api/chat", {"model": "m", "messages": msgs}),  # streams unless told not to
         "completions": ("/llm/v1/completions", {"model": "m", "stream": True, "prompt": "x", "max_tokens": 2}),
+        "infill": ("/infill", {"model": "fim", "stream": True, "input_prefix": "a", "input_suffix": "b",
+                               "n_predict": 2}),
+        "ollama generate": ("/api/generate", {"model": "m", "prompt": "x", "options": {"num_predict": 2}}),
     }
     for name, (path, body) in cases.items():
         raw = Client(gw.url + path, body, "127.0.0.1").read_all()
