@@ -189,6 +189,10 @@ def test_every_dialects_stream_says_x_accel_buffering_no(gw, stub):
         head = raw.split(b"\r\n\r\n", 1)[0].decode().lower()
         assert " 200 " in head.split("\r\n")[0], (name, raw[:300])
         assert "\r\nx-accel-buffering: no" in head, (name, head)
+    # and each came in on its endpoint, as its route is written (a model in the path as {model})
+    want = [p.split("?")[0].replace("/m:", "/{model}:") for p, _ in cases.values()]
+    got = wait_for(lambda: [r["endpoint"] for r in gw.access_log() if r.get("client") == "127.0.0.1"][-len(want):], 10)
+    assert got == want
     # a whole (non-streamed) answer has nothing to flush early: no header
     raw = Client(gw.url + CHAT, {"model": "m", "messages": msgs}, "127.0.0.1").read_all()
     assert "x-accel-buffering" not in raw.split(b"\r\n\r\n", 1)[0].decode().lower()
