@@ -3,6 +3,7 @@ the key path that holds it (`models.reasoning.backend: no backend named 'gpu9'`)
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
@@ -212,6 +213,10 @@ class Connections(msgspec.Struct, forbid_unknown_fields=True):
     head_timeout_s: float = 15.0  # from a connection's (or an idle one's next) first byte to a whole request head
     keepalive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
     max_connections: int = 1000  # open client connections; past it the oldest idle one is closed
+    # Reverse proxies in front (addresses or CIDR networks) whose forwarded header names the client
+    # (policy/forwarded.py); nobody's by default, loopback included. docs/operations.md
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"  # forwarded: RFC 7239
 
 
 class Anthropic(msgspec.Struct, forbid_unknown_fields=True):
@@ -490,6 +495,11 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
             problems.append(f"connections.{field}: must be more than 0")
     if cfg.connections.max_connections < 1:
         problems.append(f"connections.max_connections: must be at least 1, got {cfg.connections.max_connections}")
+    for i, entry in enumerate(cfg.connections.trusted_proxies):
+        try:
+            ipaddress.ip_network(entry.strip(), strict=True)
+        except ValueError as err:
+            problems.append(f"connections.trusted_proxies[{i}]: {err} (an address, or a network like 10.0.0.0/8)")
     if cfg.shutdown_grace_s < 0:
         problems.append("shutdown_grace_s: must be 0 or more")
     return problems
