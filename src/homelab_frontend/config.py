@@ -4,6 +4,7 @@ the key path that holds it (`models.reasoning.backend: no backend named 'gpu9'`)
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import shlex
 from pathlib import Path
@@ -296,6 +297,11 @@ class Connections(msgspec.Struct, forbid_unknown_fields=True):
     """An idle keep-alive connection is closed after this."""
     max_connections: AtLeastOne = 1000
     """Open client connections; past it the oldest idle one is closed."""
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
+    """Reverse proxies in front (addresses or CIDR networks) whose forwarded header names the client
+    (policy/forwarded.py; docs/operations.md); nobody's by default, loopback included."""
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
+    """The header a trusted proxy names the client in: X-Forwarded-For, or RFC 7239's Forwarded."""
 
 
 class Anthropic(msgspec.Struct, forbid_unknown_fields=True):
@@ -702,6 +708,11 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
     if cfg.tracing.otlp_endpoint is not None:
         if urlsplit(cfg.tracing.otlp_endpoint).scheme not in ("http", "https"):
             problems.append(f"tracing.otlp_endpoint: {cfg.tracing.otlp_endpoint!r} is not an http(s) URL")
+    for i, entry in enumerate(cfg.connections.trusted_proxies):
+        try:
+            ipaddress.ip_network(entry.strip(), strict=True)
+        except ValueError as err:
+            problems.append(f"connections.trusted_proxies[{i}]: {err} (an address, or a network like 10.0.0.0/8)")
     return problems
 
 
