@@ -99,7 +99,12 @@ class Gateway:
     def apply(self, cfg: cfgmod.Config) -> None:
         """Swap in a validated config. Pools live on (held slots stay accounted); requests in
         flight keep the route they resolved; new requests see the new table."""
-        auth = Auth(cfg.auth)  # raises ConfigError before anything changes
+        problems = cfgmod.environment_problems(cfg)  # what `check` asks too
+        if problems:
+            raise cfgmod.ConfigError(problems)  # before anything changes
+        for warning in cfgmod.warnings(cfg):
+            log.warning("config: %s", warning)
+        auth = Auth(cfg.auth)
         forwarding = Forwarding(cfg.connections.trusted_proxies, cfg.connections.forwarded_header)
         auth.inherit(getattr(self, "auth", None))
         self.fleet.configure(cfg)
