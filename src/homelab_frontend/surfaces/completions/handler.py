@@ -95,9 +95,7 @@ class TextTurn(Turn):
         return await ex.attempt(lambda: self._open(ex))
 
     def decoder(self):
-        self._native = None
-        if self._infill and self.call.llama is not None:  # a llama.cpp client of a llama.cpp backend
-            self._native = NativeDecoder(whole=not self.call.stream)
+        if self._native is not None:
             return self._native
         return InfillDecoder() if self._infill else TextChunkDecoder()
 
@@ -108,9 +106,12 @@ class TextTurn(Turn):
         if call.vllm_only and kind != "vllm":
             raise _bad(call.vllm_only, f"only a vLLM backend can return it; backend {ex.backend.name!r} is {kind}")
         self._infill = False
+        self._native = None  # set anew for each attempt (a failover may land on another kind)
         body: dict
         if call.llama is not None and kind == "llamacpp":  # /infill, /completion to llama.cpp: relayed
             self._infill = True
+            # its objects go back as they came; the encoder and `whole` read them off this decoder
+            self._native = NativeDecoder(whole=not call.stream)
             body = self._infill_body()
         elif call.suffix is not None and route.fim is not None:
             prompt = render(route.fim, call.prompt, call.suffix, extra_text(call.extra))
