@@ -6,7 +6,8 @@ server gives the same fields (its `response_fields` trimming, its warm-up's `{}`
 client's llama.cpp options add (`n_probs`, `post_sampling_probs`, `return_tokens`,
 `timings_per_token`) come through as llama.cpp writes them. A llama.vim request whose curl is
 killed (the plugin's `jobstop` at the next keystroke) stops the server's generation: judged by its
-own /slots."""
+own /slots. And the llama.cpp-flavoured stub, which the stub-backed tests trust, answers /infill
+with the same fields as the real server, request for request."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from gwproc import Gateway, config_for
 from llamaproc import ALIAS, FIM_GGUF, FIM_TOKENS, LlamaServer, require_llama_fim, tokens_predicted
 from rawhttp import post_and_vanish, post_raw, sse_data
-from stubproc import wait_for
+from stubproc import start_stub, wait_for
 from support.editors import (LLAMA_VIM_FIELDS, ContinueLlamaCpp, ContinueOllama, ContinueOpenAI, LlamaVim,
                              LlamaVscode, LlmLs, Twinny, send)
 
@@ -144,3 +145,39 @@ def test_llama_vim_killing_its_curl_stops_the_generation(gw, idle):
     assert wait_for(lambda: idle.processing() == 0, timeout=30, interval=0.25)
     assert wait_for(lambda: tokens_predicted(idle.url) > before, timeout=10, interval=0.25)  # it had begun
     assert tokens_predicted(idle.url) - before < 2000  # and stopped long before its end
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    with start_stub("llamacpp", "--model", ALIAS, "--token-delay-ms", "1",
+                    log_path=str(tmp_path_factory.mktemp("stub") / "stub-llama.log")) as s:
+        yield s
+
+
+def _shape(url: str, body: dict) -> list:
+    """The fields of each object of an /infill answer: [keys] for a whole one, one per object
+    streamed (the first piece, the last piece, the last object)."""
+    status, _, raw = post_raw(url + "/infill", body, timeout=120)
+    assert status == 200, raw
+    if not body.get("stream"):
+        doc = json.loads(raw)
+        probs = doc.get("completion_probabilities") or [{}]
+        return [sorted(doc), sorted(doc.get("generation_settings", {}).keys() & {"stream", "n_probs"}), sorted(probs[0])]
+    frames = [json.loads(d) for d in sse_data(raw)]
+    return [sorted(frames[0]), sorted(frames[-2]), sorted(frames[-1])]
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"response_fields": LLAMA_VIM_FIELDS},
+    {"n_probs": 2, "return_tokens": True},
+    {"n_probs": 2, "post_sampling_probs": True},
+    {"stream": True},
+    {"stream": True, "timings_per_token": True, "n_probs": 1},
+    {"stream": True, "response_fields": ["content", "timings/predicted_n", "nope"]},
+    {"n_predict": 0, "response_fields": [""]},
+])
+def test_the_stub_answers_infill_with_the_real_servers_fields(idle, stub, extra):
+    body = {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 3, "ignore_eos": True, "temperature": 0,
+            **extra}
+    assert _shape(stub.url, body) == _shape(idle.url, body)

@@ -73,6 +73,7 @@ class _Partial(msgspec.Struct):
     content: str | None = None
     tokens: list[int] | None = None
     completion_probabilities: list[msgspec.Raw] | None = None
+    prompt_progress: dict | None = None  # a progress object (return_progress): no token
 
 
 _partial = msgspec.json.Decoder(_Partial).decode
@@ -113,7 +114,13 @@ class NativeDecoder:
         if self.inner.done:
             self.last = _decode(payload)  # InfillDecoder read it: an object
         elif self.whole:
-            part = _partial(payload)
+            try:
+                part = _partial(payload)
+            except msgspec.ValidationError as exc:
+                self.inner.failed = True
+                return [c.UpstreamError(f"the backend sent a malformed infill chunk: {exc}")]
+            if part.prompt_progress is not None:
+                return events  # llama.cpp's plain answer has no progress objects, nor their ids
             if part.content:
                 self.text.append(part.content)
             if part.tokens:

@@ -123,6 +123,24 @@ def test_a_whole_answer_is_llamacpps_plain_answer():
     assert b'"content":"' in json.dumps(native_whole(d, LLAMA_VIM, model="gemma", return_tokens=False), separators=(",", ":")).encode()
 
 
+def test_progress_objects_are_relayed_in_a_stream_and_left_out_of_a_whole_answer():
+    progress = j({"index": 0, "content": "", "tokens": [-1], "stop": False, "id_slot": 0, "tokens_predicted": 0,
+                  "tokens_evaluated": 9, "prompt_progress": {"total": 9, "cache": 0, "processed": 9, "time_ms": 3}})
+    _, enc, out, _ = _stream([progress, partial(" x", 1), j(last())], None)
+    assert out.split(b"\n\n")[0] == b"data: " + progress
+    d = NativeDecoder(whole=True)
+    for p in (progress, partial(" x", 1), j(last())):
+        d.feed(p)
+    assert native_whole(d, None, model="gemma", return_tokens=True)["tokens"] == [101]
+
+
+def test_a_malformed_piece_is_an_upstream_error_not_a_crash():
+    d = NativeDecoder(whole=True)
+    got = d.feed(j({"content": "x", "stop": False, "tokens": ["not an id"]}))
+    assert isinstance(got[-1], c.UpstreamError) and "tokens" in got[-1].message
+    assert d.feed(j(last())) == []  # nothing after a failure
+
+
 def test_the_warm_up_is_answered_with_an_empty_object():
     d = NativeDecoder(whole=True)
     d.feed(j(last(tokens_predicted=0, stop_type="limit")))
