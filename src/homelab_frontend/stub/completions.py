@@ -15,8 +15,8 @@ Wire shapes, per flavour:
 * llama.cpp: `chatcmpl-` ids (its completions share the chat id scheme), `system_fingerprint`,
   the usage chunk with `timings`; `/infill` and `/completion` answer llama.cpp's own objects
   (server-task.cpp `to_json_non_oaicompat`), no `[DONE]`: each streamed piece `{"index",
-  "content", "tokens": [id], "stop": false, "id_slot", "tokens_predicted", "tokens_evaluated"}`
-  (with `timings` on the last piece, or on every one with `timings_per_token`, and
+  "content", "tokens": [id], "stop": false, "id_slot" (the one asked for, -1: any),
+  "tokens_predicted", "tokens_evaluated"}` (with `timings` on every one with `timings_per_token`, and
   `completion_probabilities` with `n_probs`: `logprob`/`top_logprobs`, or `prob`/`top_probs`
   with `post_sampling_probs`), then the last object with `stop: true`, `generation_settings`,
   `prompt`, `truncated`, `stop_type`, `stopping_word`, `tokens_cached` and `timings` (streamed:
@@ -336,9 +336,12 @@ class _Native:
         gen = self.gen
         tok = 1000 + gen.sent
         self.ids.append(tok)
-        doc: dict = {"index": 0, "content": text, "tokens": [tok], "stop": False, "id_slot": 0,
+        # a piece names the slot the request asked for (-1: any), the last object the one it ran in
+        asked = _int(self.body.get("id_slot"))
+        doc: dict = {"index": 0, "content": text, "tokens": [tok], "stop": False,
+                     "id_slot": asked if asked is not None else -1,
                      "tokens_predicted": gen.sent, "tokens_evaluated": self.prompt_tokens}
-        if self.body.get("timings_per_token") is True or gen.sent >= gen.limit:
+        if self.body.get("timings_per_token") is True:
             doc["timings"] = _timings(self.prompt_tokens, gen.sent)
         if self.n_probs:
             entry = _probs(text, tok, self.n_probs, self.post)
@@ -351,7 +354,7 @@ class _Native:
         stop_type = "word" if gen.stopped_by is not None else ("limit" if gen.finish == "length" else "eos")
         doc = {"index": 0, "content": content,
                "tokens": self.ids if not self.stream and self.body.get("return_tokens") is True else [],
-               "id_slot": 0, "stop": True, "model": self.model, "tokens_predicted": gen.sent,
+               "id_slot": max(0, _int(self.body.get("id_slot")) or 0), "stop": True, "model": self.model, "tokens_predicted": gen.sent,
                "tokens_evaluated": self.prompt_tokens, "generation_settings": _settings(self.body, gen.limit, self.stream),
                "prompt": self.prompt, "has_new_line": "\n" in gen.text, "truncated": False, "stop_type": stop_type,
                "stopping_word": gen.stopped_by or "", "tokens_cached": self.prompt_tokens + gen.sent,
