@@ -130,9 +130,11 @@ def build_app(gw: Gateway) -> web.Application:
         for managed in ("pull", "push", "create", "copy", "delete", "blobs", "blobs/{digest}"):
             r.add_route("*", f"{api}/{managed}", surface("ollama", ollama_surface.unmanaged), **x)
         r.add_route("*", f"{api}/{{tail:.*}}", _unknown("ollama"), **x)
-    # llama.cpp's fill-in-the-middle endpoint, where llama.vscode looks for it (at the host's root)
-    for infill in ("/infill", "/llm/infill"):
-        r.add_post(infill, surface("infill", completions_surface.infill), **x)
+    # llama.cpp's fill-in-the-middle endpoint, where llama.vim and llama.vscode look for it (at the
+    # host's root), and its native completion (Continue's and Twinny's llama.cpp providers)
+    for at in ("", "/llm"):
+        r.add_post(f"{at}/infill", surface("infill", completions_surface.infill), **x)
+        r.add_post(f"{at}/completion", surface("infill", completions_surface.native_completion), **x)
     r.add_route("*", "/v1/{tail:.*}", _unknown("openai"), **x)
     # Claude Code warms its connection with `HEAD $ANTHROPIC_BASE_URL`, i.e. HEAD /llm (or /llm/).
     r.add_get("/llm", healthz)

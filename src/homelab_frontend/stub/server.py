@@ -11,7 +11,7 @@ import msgspec
 from aiohttp import web
 
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
-from .completions import handle_completions, handle_infill
+from .completions import handle_completions, handle_infill, handle_native_completion
 from .flavour import Flavour, Rejection, embedding_vector
 from .llamacpp import KEEP_ALIVE, LlamaCpp
 from .ollama import Ollama
@@ -323,6 +323,7 @@ def build_app(config: StubConfig) -> web.Application:
         app.router.add_get("/slots", _llama_slots)
         app.router.add_get("/props", _llama_props)
         app.router.add_post("/infill", handle_infill)
+        app.router.add_post("/completion", handle_native_completion)
         app.router.add_get("/health", _health)
         app.on_response_prepare.append(_llama_headers)
     else:
