@@ -231,6 +231,10 @@ class ResponseStore(msgspec.Struct, forbid_unknown_fields=True):
 
 class Responses(msgspec.Struct, forbid_unknown_fields=True):
     store: ResponseStore = msgspec.field(default_factory=ResponseStore)
+    # `reasoning.summary` asked for: the raw reasoning stays `content` (`reasoning_text`) with
+    # `summary: []`, as vLLM's own Responses server answers; true gives it as the summary instead
+    # (for clients that read only summaries). docs/responses.md says why.
+    reasoning_as_summary: bool = False
 
 
 class Usage(msgspec.Struct, forbid_unknown_fields=True):
