@@ -45,6 +45,14 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
 BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
 
 
+class ClientKeepAlive(msgspec.Struct, forbid_unknown_fields=True):
+    """What a client's `keep_alive` (Ollama's, in any dialect's body) may do to a managed backend
+    (lifecycle/keep_alive.py)."""
+
+    honour: bool = True  # false: ignored (the operator's idle_ttl_s stands, `keep_alive: 0` unloads nothing)
+    max_s: float | None = None  # the longest idle time a client may ask for ("-1", forever, included); None: no cap
+
+
 class Run(msgspec.Struct, forbid_unknown_fields=True):
     """A managed backend: the gateway starts, stops (or puts to sleep) its server
     (lifecycle/ has the state machine, the swap policy and the process supervisor)."""
@@ -64,6 +72,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     unload: Literal["stop", "sleep"] = "stop"  # sleep: vLLM's POST /sleep and /wake_up (kind vllm)
     sleep_level: int = 1  # vLLM sleep level: 1 keeps the weights in CPU memory, 2 drops them
     backoff_s: float = 5.0  # after a failed start; doubles per consecutive failure (to 32x)
+    client_keep_alive: ClientKeepAlive = msgspec.field(default_factory=ClientKeepAlive)
 
     def argv(self) -> list[str]:
         return shlex.split(self.cmd) if isinstance(self.cmd, str) else list(self.cmd)
@@ -527,6 +536,9 @@ def _check_run(cfg: Config, p: str, b: Backend) -> list[str]:
         problems.append(f"{p}.kill_grace_s: must be a finite number of seconds, 0 or more")
     if r.idle_ttl_s is not None and r.idle_ttl_s <= 0:
         problems.append(f"{p}.idle_ttl_s: must be more than 0 (or null: never)")
+    cap = r.client_keep_alive.max_s
+    if cap is not None and not 0 <= cap < float("inf"):
+        problems.append(f"{p}.client_keep_alive.max_s: must be a finite number of seconds, 0 or more (or null: no cap)")
     if r.ready_url is not None:
         parts = urlsplit(r.ready_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -7,7 +7,8 @@ The steps, and who does what:
 1. `inbound(request, gw, t, dialect, parse)`: read the body (`Gateway.read_body`: the size limit),
    parse it (`Gateway.parse`: nesting and count limits, then the dialect's pure `parse`, off the
    loop for large bodies), set `t.model` / `t.stream`, resolve the route, check the key may use
-   it (`auth.admit`, 401/403 in the caller's dialect). -> `Inbound` (body, parsed, route,
+   it (`auth.admit`, 401/403 in the caller's dialect), and hand a `keep_alive` in the body to the
+   managed backends of the route (keep_alive.py). -> `Inbound` (body, parsed, route,
    principal). Anything the dialect must do before admission (Responses: load the conversation
    of `previous_response_id`; a 404 then costs no slot) happens between this step and the next.
 2. `exchange(request, gw, t, front, req)`: the key's concurrency hold, the `Exchange` (session
@@ -69,6 +70,7 @@ from ..request.tracker import GENERATING, Tracked
 from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
+from . import keep_alive as client_keep_alive
 from .context import Gateway
 from .upstream_events import Midstream, gateway_stops, stream_events
 from .usage import UsageFold
@@ -106,6 +108,8 @@ async def inbound(request: web.Request, gw: Gateway, t: Tracked, dialect: str,
     t.model, t.stream = parsed.model, parsed.stream
     route = gw.router.resolve(parsed.model)
     principal = gw.auth.admit(request, route, dialect)
+    if dialect != "ollama":  # Ollama's parser reads it with the rest (a load or an unload: its handler)
+        client_keep_alive.apply(gw, route, client_keep_alive.from_body(body))
     return Inbound(body, parsed, route, principal)
 
 

@@ -43,6 +43,7 @@ from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
 from ..embeddings import embed
+from .. import keep_alive as client_keep_alive
 from ..skeleton import SSE_HEADERS, exchange, inbound
 from ..usage import UsageFold
 from .request import StreamOptions, parse_request
@@ -274,8 +275,10 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Strea
     if "input" not in raw:
         raise GatewayError("invalid_request", "input: required field is missing", param="input")
     t.model = model
+    asked = client_keep_alive.parse(raw.get("keep_alive"))
     route = gw.router.resolve(model)
     principal = gw.auth.admit(request, route, "openai")
+    client_keep_alive.apply(gw, route, asked)
     allowed = ("input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens")
     upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:
