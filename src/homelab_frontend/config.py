@@ -102,6 +102,10 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     health_interval_s: float = 10.0
     run: Run | None = None  # the gateway runs this backend's server (a managed backend)
+    # what a client leaving does to its generation: cancel (close the upstream connection: the
+    # server aborts it) | drain (read it to its end, slot held, for a server that must not be
+    # aborted mid-generation; request/drain.py)
+    on_client_gone: Literal["cancel", "drain"] = "cancel"
 
     @property
     def reports_stop_reason(self) -> bool:

@@ -88,12 +88,21 @@ def surface(dialect: str, fn: Handler):
             err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
             return _error_answer(request, t, err, render)
         finally:
-            gw.tracker.remove(t)
             t.key_name = Auth.key_name(request)
             t.body_bytes = request.get(BODY_BYTES)
-            gw.observe(t, request.path)
+            if t.drain is not None and not t.drain.done():
+                # a backend that must not be aborted (request/drain.py): the record stays live,
+                # in phase draining, and is observed once the upstream answer has ended
+                t.drain.add_done_callback(lambda _: _finished(gw, t, request.path))
+            else:
+                _finished(gw, t, request.path)
 
     return handler
+
+
+def _finished(gw: Gateway, t: Tracked, path: str) -> None:
+    gw.tracker.remove(t)
+    gw.observe(t, path)
 
 
 def _client_left(t: Tracked) -> None:
