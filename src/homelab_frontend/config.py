@@ -86,6 +86,10 @@ class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
     # order across backends (what llama-swap does), for comparison (bench.swap).
     policy: Literal["batch", "fifo"] = "batch"
     swap_after_s: float = 20.0
+    # a stream waiting for its managed model to load gets its headers at once and a keep-alive
+    # frame this often (surfaces/loading.py); 0: nothing is sent until the model answers
+    loading_keepalive_s: float = 5.0
+    loading_note: bool = False  # also a visible "loading MODEL" note where a dialect has a harmless place
 
 
 class Backend(msgspec.Struct, forbid_unknown_fields=True):

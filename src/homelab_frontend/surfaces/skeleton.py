@@ -70,7 +70,7 @@ from ..request.tracker import GENERATING, Tracked
 from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
-from . import keep_alive as client_keep_alive
+from . import keep_alive as client_keep_alive, loading
 from .context import Gateway
 from .upstream_events import Midstream, gateway_stops, stream_events
 from .usage import UsageFold
@@ -115,11 +115,18 @@ async def inbound(request: web.Request, gw: Gateway, t: Tracked, dialect: str,
 
 @asynccontextmanager
 async def exchange(request: web.Request, gw: Gateway, t: Tracked, front: Inbound,
-                   req: c.Request) -> AsyncIterator[Exchange]:
-    """Step 2: the key's hold and an admitted Exchange, for the block's duration."""
+                   req: c.Request, announcer: loading.Announcer | None = None) -> AsyncIterator[Exchange]:
+    """Step 2: the key's hold and an admitted Exchange, for the block's duration. With an
+    `announcer` (a streaming dialect's Turn), a stream that waits for its managed model to load
+    gets its headers and keep-alive frames at once (loading.py)."""
     session = session_key(request.headers, req) if front.route.wants_session else None
     async with gw.hold(front.principal), Exchange(t, front.route, gw.clients, front.principal, session) as ex:
-        await ex.admit()
+        if announcer is None:
+            await ex.admit()
+        else:
+            lc = gw.cfg.lifecycle
+            await loading.admit(request, t, ex.admit, announcer, lambda: gw.headers(t),
+                                lc.loading_keepalive_s, lc.loading_note)
         yield ex
 
 
@@ -215,6 +222,14 @@ class Turn:
     async def before_final(self) -> None:
         """The answer is complete and about to leave (stream: before its final frames)."""
 
+    def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
+        """A keep-alive while the model loads (loading.py): an SSE comment, which says so."""
+        return loading.sse_comment(model, waited_s)
+
+    def early_failure(self, err: GatewayError) -> bytes:
+        """The stream's error frame for a failure after its headers went out early (loading.py)."""
+        return self.encoder().fail(self.own_failure_code(err), err.message)
+
 
 async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, turn: Turn) -> web.StreamResponse:
     """Step 3 for a translating dialect: the whole answer or the stream, written to the client."""
@@ -235,8 +250,9 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
     upstream = await turn.open_upstream(ex, stream=True, continuous_usage=True, send_stop=not stops,
                                         count_prompt=turn.count_prompt)
-    out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
-    await out.prepare(request)
+    out = started_stream(request, turn.stream_headers, gw, t)
+    if not out.prepared:
+        await out.prepare(request)
     enc = turn.encoder()
     ping = keep_alive(turn, enc)
     if ping is not None:
@@ -254,6 +270,15 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
     await out.write_eof()
     await ex.drain()
     return out
+
+
+def started_stream(request: web.Request, headers: dict[str, str], gw: Gateway, t: Tracked) -> web.StreamResponse:
+    """The stream's response: the one whose headers went out while its model loaded (loading.py),
+    now the answer's (an error from here on is the stream's own), or a new one."""
+    early = request.pop(loading.EARLY, None)
+    if early is not None:
+        return early.out
+    return web.StreamResponse(headers={**headers, **gw.headers(t)})
 
 
 async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None,

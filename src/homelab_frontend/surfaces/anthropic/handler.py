@@ -89,7 +89,7 @@ class _Message(Turn):
 async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     front = await inbound(request, gw, t, "anthropic", lambda b: parse_request(b, signer=gw.signer))
     turn = _Message(front, gw)
-    async with exchange(request, gw, t, front, turn.req) as ex:
+    async with exchange(request, gw, t, front, turn.req, turn) as ex:
         return await answer(request, gw, t, ex, turn)
 
 

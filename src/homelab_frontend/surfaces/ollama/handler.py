@@ -190,6 +190,17 @@ class OllamaTurn(Turn):
         except AnswerFailed as err:
             raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
 
+    def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
+        """Ollama's stream has no comment: an object with nothing in it, as its own chunks are
+        made (surfaces/loading.py); with the note, the first says so as `thinking`."""
+        name = self.call.model  # the name the client sent (a TextCall's too, for raw and suffix)
+        text = f"loading model {name}...\n" if note and first else ""
+        if self.call.endpoint == "chat":
+            body: dict = {"message": {"role": "assistant", "content": "", **({"thinking": text} if text else {})}}
+        else:
+            body = {"response": "", **({"thinking": text} if text else {})}
+        return _encode({"model": name, "created_at": wall_clock(), **body, "done": False}) + b"\n"
+
     def finish(self, enc, ex: Exchange) -> bytes:
         tail = enc.finish(self._durations())
         if enc.failed:  # the model's tool call arguments were no JSON object: the client got an error
@@ -245,8 +256,9 @@ async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Call
         return _json(_loaded(call), gw, t)
     if call.text is not None:  # raw or suffix: a completion (surfaces/completions/), not a chat
         return await completion_run(request, gw, t, front, OllamaTextTurn(call, front, t))
-    async with exchange(request, gw, t, front, call.request) as ex:
-        return await answer(request, gw, t, ex, OllamaTurn(call, t))
+    turn = OllamaTurn(call, t)
+    async with exchange(request, gw, t, front, call.request, turn) as ex:
+        return await answer(request, gw, t, ex, turn)
 
 
 async def chat(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:

@@ -143,7 +143,7 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
                                param="previous_response_id")
         history = rec.history
     turn = _Response(state, parsed, history, owner, gw.cfg.responses.reasoning_as_summary)
-    async with exchange(request, gw, t, front, turn.req) as ex:
+    async with exchange(request, gw, t, front, turn.req, turn) as ex:
         return await answer(request, gw, t, ex, turn)
 
 
