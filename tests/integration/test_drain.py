@@ -43,6 +43,17 @@ def _in_use(gw) -> int:
     return gw.admin(ADMIN)["backends"]["gpu0"]["in_use"]
 
 
+def _usage(gw) -> dict:
+    status, doc = gw.get("/admin/usage?model=m", ADMIN)
+    assert status == 200, doc
+    out: dict = {}
+    for row in doc["rows"]:
+        for k, v in row.items():
+            if isinstance(v, (int, float)) and k != "start_unix":
+                out[k] = out.get(k, 0) + v
+    return out
+
+
 def _completed(stub) -> int:
     return stub.log_text().count("completed id=")
 
@@ -88,6 +99,10 @@ def test_a_client_leaving_mid_stream_is_let_go_and_the_generation_finishes_with_
     assert rec[0]["outcome"] == "cancelled_streaming" and rec[0]["status"] == 499
     assert rec[0]["drained"] == "completed" and rec[0]["tokens_out"] == 40, rec[0]  # the backend's own count
     assert gw.admin(ADMIN)["requests"] == []
+    # the ledger: one cancelled request with the whole generation's tokens, exact (the second: ok)
+    usage = wait_for(lambda: (u := _usage(gw)).get("requests") == 2 and u, 10)
+    assert usage["cancelled"] == 1 and usage["ok"] == 1 and usage["output_tokens"] == 42, usage
+    assert usage["estimated_output"] == 0, usage
 
 
 def test_a_whole_answer_whose_client_left_is_drained_too(gw, stub):
