@@ -17,15 +17,15 @@ import openai
 import pytest
 
 from gwproc import Gateway, config_for
-from managed import port_closed, stub_backend, wait_state
+from managed import backends, port_closed, stub_backend, wait_state
 from stubproc import wait_for
 
 PORTS: list[int] = []  # the stub servers' ports, newest last
 PROMPT = "hi [stub content=3]"
 
 
-def _gateway(*stub_args: str, note: bool = False, **backend) -> Gateway:
-    b = stub_backend("vllm", "--start-delay-s", "2", *stub_args, model="m")
+def _gateway(*stub_args: str, note: bool = False, run: dict | None = None, **backend) -> Gateway:
+    b = stub_backend("vllm", "--start-delay-s", "2", *stub_args, model="m", **(run or {}))
     b.update(backend)
     PORTS.append(int(b["url"].rsplit(":", 1)[1].split("/")[0]))
     cfg = config_for({"a": b}, {"m": {"backend": "a"}}, resources={"gpu": 1},
@@ -126,19 +126,42 @@ def test_each_sdk_reads_its_answer_through_the_loading_frames(gw):
     assert "".join(p.response for p in parts).startswith("Hello") and parts[-1].done
 
 
+def _after_back_off(g) -> None:
+    """The failed start's back-off over: the next request starts the server again (and waits for it)."""
+    wait_for(lambda: (b := backends(g)["a"])["state"] == "failed" and not b["retry_in_s"], 20, 0.05)
+
+
 def test_a_start_that_fails_is_an_error_in_the_stream():
-    with _gateway("--exit-at-start", "3") as g:
+    with _gateway("--exit-at-start", "3", run={"backoff_s": 0.5}) as g:
         s, got = _raw_until(g, "/llm/v1/chat/completions",
                             {"model": "m", "stream": True, "messages": [{"role": "user", "content": PROMPT}]},
                             b': loading model "m"')
         rest = _read_all(s)
         assert got.startswith(b"HTTP/1.1 200"), got[:300]
         assert b'data: {"error":' in rest and b"failed to start" in rest and b"exit status 3" in rest, rest[-800:]
+        # each SDK's own stream reader turns the in-stream error into its exception
+        _after_back_off(g)
         with pytest.raises(openai.APIError) as err:
             for _ in openai.OpenAI(base_url=g.url + "/llm/v1", api_key="x", max_retries=0).chat.completions.create(
                     model="m", stream=True, messages=[{"role": "user", "content": PROMPT}]):
                 pass
-        assert "failed to start" in str(err.value) or "back-off" in str(err.value) or "next try" in str(err.value)
+        assert "exit status 3" in str(err.value) and not isinstance(err.value, openai.APIStatusError)
+        _after_back_off(g)
+        with pytest.raises(anthropic.APIError) as aerr:
+            with anthropic.Anthropic(base_url=g.url + "/llm", api_key="x", max_retries=0).messages.stream(
+                    model="m", max_tokens=8, messages=[{"role": "user", "content": PROMPT}]) as st:
+                st.get_final_message()
+        assert "exit status 3" in str(aerr.value)
+        _after_back_off(g)
+        oa = openai.OpenAI(base_url=g.url + "/llm/v1", api_key="x", max_retries=0)
+        with oa.responses.stream(model="m", input=PROMPT) as st:
+            events = list(st)
+        failed = [e for e in events if e.type == "response.failed"]
+        assert failed and "exit status 3" in failed[0].response.error.message, [e.type for e in events]
+        _after_back_off(g)
+        with pytest.raises(ollama.ResponseError) as oerr:
+            list(ollama.Client(host=g.url).chat(model="m", messages=[{"role": "user", "content": PROMPT}], stream=True))
+        assert "exit status 3" in str(oerr.value)
 
 
 def test_the_note_goes_where_the_dialect_has_a_harmless_place():
