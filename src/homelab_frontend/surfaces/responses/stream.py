@@ -81,7 +81,8 @@ Choices (and why)
   item's one `summary_text` part, streamed as `reasoning_summary_text.delta`, and `content` stays
   empty (the same text twice would be shown twice by a client that reads both). By default
   (False) the raw reasoning is `content` whatever the client asked, as vLLM's own Responses
-  server answers (serving_responses.py: `summary: []`, `reasoning_text` deltas).
+  server answers (vLLM 0.32: responses/streaming_events.py and utils.py: `summary: []`,
+  `reasoning_text` deltas).
 * usage.output_tokens_details.reasoning_tokens is the upstream's own count when it reports one
   (vLLM: completion_tokens_details.reasoning_tokens). Else `reasoning_tokens` counts reasoning
   deltas: one token each where the upstream streams a token per chunk (llama.cpp, Ollama); a
