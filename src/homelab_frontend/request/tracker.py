@@ -32,7 +32,7 @@ class Tracked:
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
         "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
-        "drain", "drained",
+        "drain", "drained", "client", "endpoint",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -77,6 +77,11 @@ class Tracked:
         # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
         self.drain: asyncio.Task | None = None
         self.drained: str | None = None
+        # the client's address as believed: the peer's, or what a trusted proxy says (policy/forwarded.py)
+        self.client = ""
+        # the route it came in on, as the route is written (`/llm/v1/chat/completions`,
+        # `/llm/v1beta/models/{model}:generateContent`): a bounded family, never the raw path
+        self.endpoint = ""
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""
@@ -134,6 +139,8 @@ class Tracked:
             "backends_tried": self.tried(),
             "served_model": self.served_model,
             "key": self.key_name,
+            "client": self.client,
+            "endpoint": self.endpoint,
             "phase": self.phase,
             "stream": self.stream,
             "age_s": round(time.monotonic() - self.started, 3),

@@ -77,6 +77,16 @@ from .usage import UsageFold
 
 log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+# On every streamed answer, whatever its framing (SSE, NDJSON, Gemini's JSON array): an nginx in
+# front buffers a response by default (proxy_buffering on) and would hand the client its tokens
+# in bursts, or all at the end; this header turns that off for the one response
+# (docs/operations.md, tests/integration/test_reverse_proxy.py).
+UNBUFFERED = {"x-accel-buffering": "no"}
+
+
+def stream_response(headers: dict[str, str], own: dict[str, str]) -> web.StreamResponse:
+    """A streamed answer's response: the dialect's `headers`, UNBUFFERED, the gateway's `own`."""
+    return web.StreamResponse(headers={**headers, **UNBUFFERED, **own})
 _encode = msgspec.json.encode
 
 
@@ -125,7 +135,7 @@ async def exchange(request: web.Request, gw: Gateway, t: Tracked, front: Inbound
             await ex.admit()
         else:
             lc = gw.cfg.lifecycle
-            await loading.admit(request, t, ex.admit, announcer, lambda: gw.headers(t),
+            await loading.admit(request, t, ex.admit, announcer, lambda: {**UNBUFFERED, **gw.headers(t)},
                                 lc.loading_keepalive_s, lc.loading_note)
         yield ex
 
@@ -278,7 +288,7 @@ def started_stream(request: web.Request, headers: dict[str, str], gw: Gateway, t
     early = request.pop(loading.EARLY, None)
     if early is not None:
         return early.out
-    return web.StreamResponse(headers={**headers, **gw.headers(t)})
+    return stream_response(headers, gw.headers(t))
 
 
 async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None,
