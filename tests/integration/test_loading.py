@@ -91,6 +91,7 @@ def test_the_headers_and_keep_alives_come_while_the_model_loads(gw, path, body, 
     _cold(gw)
     s, got = _raw_until(gw, path, body, marker)
     assert got.startswith(b"HTTP/1.1 200") and marker in got, got[:500]
+    assert b"x-accel-buffering: no" in got.split(b"\r\n\r\n", 1)[0].lower()  # an nginx in front passes it on
     # evidence that they came during the load: the server (a vLLM binds its port once loaded)
     # is not even listening yet
     assert port_closed(gw_port[0])
