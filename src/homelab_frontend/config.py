@@ -70,6 +70,16 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
 BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
 
 
+class ClientKeepAlive(msgspec.Struct, forbid_unknown_fields=True):
+    """What a client's `keep_alive` (Ollama's, in any dialect's body) may do to a managed backend
+    (lifecycle/keep_alive.py)."""
+
+    honour: bool = True
+    """False: a client's keep_alive is ignored (idle_ttl_s stands, `keep_alive: 0` unloads nothing)."""
+    max_s: NonNegative | None = None
+    """The longest idle time a client may ask for (forever, "-1", included); null: no cap."""
+
+
 class Run(msgspec.Struct, forbid_unknown_fields=True):
     """A managed backend: the gateway starts, stops (or puts to sleep) its server
     (lifecycle/ has the state machine, the swap policy and the process supervisor)."""
@@ -101,6 +111,8 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     """vLLM's sleep level: 1 keeps the weights in CPU memory, 2 drops them."""
     backoff_s: Seconds = 5.0
     """The wait after a failed start; doubles per consecutive failure (to 32x)."""
+    client_keep_alive: ClientKeepAlive = msgspec.field(default_factory=ClientKeepAlive)
+    """What a client's `keep_alive` may do to this server's idle time (docs/managed-backends.md)."""
 
     def argv(self) -> list[str]:
         return shlex.split(self.cmd) if isinstance(self.cmd, str) else list(self.cmd)
@@ -115,6 +127,12 @@ class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
     backends (what llama-swap does), for comparison (bench.swap)."""
     swap_after_s: NonNegative = 20.0
     """`batch`: the longest another backend's oldest request waits before a swap."""
+    loading_keepalive_s: NonNegative = 5.0
+    """A stream waiting for its managed model to load gets its headers at once and a keep-alive frame
+    this often (surfaces/loading.py); 0: nothing is sent until the model answers (a refusal stays a status)."""
+    loading_note: bool = False
+    """Also a visible "loading MODEL" note, where a dialect has a place that stays out of the answer
+    (OpenAI Chat's reasoning_content, Ollama's thinking)."""
 
 
 class Backend(msgspec.Struct, forbid_unknown_fields=True):
@@ -142,6 +160,10 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     """Seconds between its GET /v1/models probes (never a generation)."""
     run: Run | None = None
     """The gateway runs this backend's server (a managed backend)."""
+    on_client_gone: Literal["cancel", "drain"] = "cancel"
+    """What a client leaving does to its generation: `cancel` closes the upstream connection (the server
+    aborts it); `drain` reads it to its end on its held slot, for a server that must not be aborted
+    mid-generation (request/drain.py)."""
 
     @property
     def reports_stop_reason(self) -> bool:
@@ -332,6 +354,10 @@ class Responses(msgspec.Struct, forbid_unknown_fields=True):
 
     store: ResponseStore = msgspec.field(default_factory=ResponseStore)
     """Where stored responses are kept."""
+    reasoning_as_summary: bool = False
+    """`reasoning.summary` asked for: false gives the raw reasoning as `content` (`reasoning_text`) with
+    `summary: []`, as vLLM's own Responses server answers; true gives it as the summary instead, for clients
+    that read only summaries (docs/responses.md)."""
 
 
 class Usage(msgspec.Struct, forbid_unknown_fields=True):

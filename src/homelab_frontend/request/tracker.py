@@ -32,7 +32,7 @@ class Tracked:
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
         "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
-        "client", "endpoint",
+        "drain", "drained", "client", "endpoint",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -73,6 +73,10 @@ class Tracked:
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
         self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
+        # on_client_gone: drain (request/drain.py): the task reading the upstream answer to its end
+        # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
+        self.drain: asyncio.Task | None = None
+        self.drained: str | None = None
         # the client's address as believed: the peer's, or what a trusted proxy says (policy/forwarded.py)
         self.client = ""
         # the route it came in on, as the route is written (`/llm/v1/chat/completions`,

@@ -244,7 +244,7 @@ async def run(request: web.Request, gw: Gateway, t: Tracked, front: Inbound, tur
     """The common tail of every completion surface: checks, latest-wins, the slot, the answer."""
     turn.check()
     async with latest(request, gw, t, front, turn.call):
-        async with exchange(request, gw, t, front, turn.req) as ex:
+        async with exchange(request, gw, t, front, turn.req, turn) as ex:
             return await answer(request, gw, t, ex, turn)
 
 
