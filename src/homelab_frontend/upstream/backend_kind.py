@@ -63,9 +63,11 @@ def effective(cfg: Backend, detected: str | None) -> Backend:
 # every kind's default; a kind lists only where it differs, None where it has no such endpoint.
 # A backend's own `paths` (config) wins over both: whisper.cpp's `--inference-path`.
 #
-# llama.cpp (`--reranking`): /v1/rerank takes `documents` as strings only (its
-#   `json_value(body, "documents", vector<string>)` reads an array of `{text}` objects as none
-#   and answers 400 "documents must be a non-empty string array"), ignores `return_documents`
+# Rerank documents go to every kind as strings, the one form every reranker takes: vLLM's
+#   pydantic model refuses Jina's and Cohere v1's `{text}` objects with a 400 (it takes strings or
+#   `{content: [parts]}`), llama.cpp's `json_value(body, "documents", vector<string>)` reads an
+#   array of them as none ("documents must be a non-empty string array").
+# llama.cpp (`--reranking`): ignores `return_documents`
 #   (its Jina answer has only `index` and `relevance_score`), has no /v2/rerank (Cohere v2's
 #   request is v1's: the same endpoint serves it) and no /score.
 # whisper.cpp's server: one endpoint, /inference, for transcription and translation (a form
@@ -102,8 +104,8 @@ def health_path(cfg: Backend) -> str | None:
 
 
 def rerank_body(cfg: Backend, doc: dict) -> dict:
-    """A rerank request as the backend's kind takes it (llama.cpp: documents as strings)."""
-    if cfg.kind == "llamacpp" and isinstance(doc.get("documents"), list):
+    """A rerank request as the backends take it: `{text}` documents as their strings."""
+    if isinstance(doc.get("documents"), list) and any(isinstance(d, dict) for d in doc["documents"]):
         docs = [d.get("text") if isinstance(d, dict) and isinstance(d.get("text"), str) else d
                 for d in doc["documents"]]
         return {**doc, "documents": docs}

@@ -40,10 +40,12 @@ def test_whispercpp_inference_path_and_health():
     assert backend_kind.health_path(b("openai", health_path="/healthz")) == "/healthz"
 
 
-def test_llamacpp_rerank_takes_documents_as_strings():
+def test_rerank_documents_go_as_strings_to_every_kind():
     doc = {"model": "m", "query": "q", "documents": ["a", {"text": "b"}]}
-    assert backend_kind.rerank_body(b("llamacpp"), doc)["documents"] == ["a", "b"]
-    assert backend_kind.rerank_body(b("vllm"), doc) is doc
+    for kind in ("llamacpp", "vllm", "openai"):
+        assert backend_kind.rerank_body(b(kind), doc)["documents"] == ["a", "b"]
+    plain = {"model": "m", "query": "q", "documents": ["a"]}
+    assert backend_kind.rerank_body(b("vllm"), plain) is plain
 
 
 def test_llamacpp_answer_gets_the_documents_it_dropped():
