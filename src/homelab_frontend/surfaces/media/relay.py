@@ -139,6 +139,9 @@ class Upload:
                 chunk = await content.readany()
                 if not chunk:
                     break
+                more = content.read_nowait()  # what else is buffered: fewer, larger writes upstream
+                if more:
+                    chunk += more
                 self.read += len(chunk)
                 if self.read > self.limit:
                     self.failure = _too_large(self.limit)
