@@ -44,6 +44,7 @@ The steps (one handler per endpoint in handler.py runs them):
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
@@ -65,6 +66,7 @@ from .units import answer_units, wav_seconds
 
 __all__ = ["Upload", "admitted", "read_form", "read_json", "relay"]
 
+log = logging.getLogger("homelab_frontend")
 _encode = msgspec.json.encode
 _WAV_HEAD = 64  # of a file, what its WAV header needs
 
@@ -130,15 +132,15 @@ class Upload:
         rest = self.form.rest
         if rest:
             yield rest
-        if self.form.ended:
-            return
-        self.live = True
+        if self.form.ended or (self.expected is not None and self.read >= self.expected):
+            return  # the whole body was read with its head: it can be sent again, as often as need be
         content = self.request.content
         try:
             while True:
                 chunk = await content.readany()
                 if not chunk:
                     break
+                self.live = True
                 more = content.read_nowait()  # what else is buffered: fewer, larger writes upstream
                 if more:
                     chunk += more
@@ -226,13 +228,22 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
                 *, stream: bool, finish: Finish | None = None) -> web.StreamResponse:
     """Steps 4 and 5: open the backend's answer (failing over before it begins) and relay it."""
     route = ex.route
+    failed: list[GatewayError] = []
 
     async def opener() -> aiohttp.ClientResponse:
         assert ex.backend is not None
         cfg = ex.backend.cfg
         path = path_for(cfg, endpoint, route.client_model)
         body, headers = body_for(cfg)
-        return await ex.open(path, body, stream=stream, root=True, headers=headers)
+        if failed and isinstance(body, Upload) and body.live:
+            # the last backend read part of the file before it failed: it cannot be sent again,
+            # so its failure is the answer (not another backend's half an upload)
+            raise failed[-1]
+        try:
+            return await ex.open(path, body, stream=stream, root=True, headers=headers)
+        except GatewayError as err:
+            failed.append(err)
+            raise
 
     resp = await ex.attempt(opener)
     ctype = resp.headers.get("content-type", "application/octet-stream")
@@ -301,9 +312,13 @@ async def _stream(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, r
     except (aiohttp.ClientError, ConnectionError) as err:
         if request.transport is None or request.transport.is_closing():
             raise asyncio.CancelledError() from None  # it was the client's side that went
-        # the backend broke off: the client's answer is cut short, which only a cut connection says
-        raise GatewayError("upstream_midstream", f"backend {ex.backend.name if ex.backend else '?'!r} broke off "
-                           f"its answer: {type(err).__name__}") from None
+        # the backend broke off: the client's answer is cut short, which only a cut connection
+        # says (audio has no error frame); the record keeps why, as app/lifecycle.py does
+        log.warning("request %s: backend %s broke off its answer: %s", t.id, ex.backend.name if ex.backend else "?",
+                    type(err).__name__)
+        t.fail("upstream_midstream", override=True)
+        t.status = out.status
+        raise asyncio.CancelledError() from None
     except asyncio.CancelledError:
         err = ex.own_cancel()
         if err is None:
