@@ -42,7 +42,10 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
     max_body_bytes: int = 16 * 1024 * 1024  # a whole non-streaming answer (or error, probe) body
 
 
-BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "whispercpp"]
+# The relayed endpoints a backend's `paths` may place elsewhere (upstream/backend_kind.py).
+MEDIA_ENDPOINTS = ("rerank", "rerank_v2", "score", "transcriptions", "translations", "speech", "voices",
+                   "audio_models", "image_generations", "image_edits")
 
 
 class Run(msgspec.Struct, forbid_unknown_fields=True):
@@ -53,7 +56,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)  # added to the gateway's environment
     cwd: str | None = None
     uses: dict[str, float] = msgspec.field(default_factory=dict)  # of `resources`, while running
-    ready_url: str | None = None  # default: GET <url>/models answering 200
+    ready_url: str | None = None  # default: GET <url>/models answering 200 (or the backend's health_path)
     start_timeout_s: float = 300.0  # from spawn to ready
     idle_ttl_s: float | None = None  # stop after this long with no request (from its end); None: never
     stop_timeout_s: float = 15.0  # one SIGTERM, then SIGKILL after this
@@ -92,6 +95,14 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     health_interval_s: float = 10.0
+    # A server without GET /v1/models (whisper.cpp's, stable-diffusion.cpp's): GET this path, from
+    # the server's root, answering 200 is its health and readiness. Default: /v1/models (kind
+    # whispercpp: /health).
+    health_path: str | None = None
+    # The server's own path (from its root) for a relayed endpoint, where it is not OpenAI's:
+    # {"transcriptions": "/inference"} for whisper.cpp started with `--inference-path`. Keys:
+    # upstream/backend_kind.py MEDIA_PATHS. Left out: the kind's default.
+    paths: dict[str, str] = msgspec.field(default_factory=dict)
     run: Run | None = None  # the gateway runs this backend's server (a managed backend)
 
     @property
@@ -130,7 +141,10 @@ FIM_PRESETS: dict[str, Fim] = {
 }
 
 
-MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio")
+MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio",
+                      # the relayed kinds (surfaces/media/): `speech` lists a model (and asks its
+                      # backends for voices) in /v1/audio/models and /v1/audio/voices
+                      "speech", "transcription", "rerank", "image")
 
 
 class Model(msgspec.Struct, forbid_unknown_fields=True):
@@ -203,6 +217,12 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True):
     max_messages: int = 10_000
     max_tools: int = 512
     max_header_bytes: int = 16 * 1024
+    # An audio or image upload (multipart: transcriptions, translations, image edits), streamed to
+    # the backend as it arrives: past this, 413 (OpenAI's own limit is 25 MB).
+    max_upload_bytes: int = 25 * 1024 * 1024
+    # Of an upload, what the gateway reads before it knows the form's `model` (surfaces/media/form.py):
+    # a `model` field sent after a file larger than this is a 400.
+    max_form_head_bytes: int = 1024 * 1024
 
 
 class Connections(msgspec.Struct, forbid_unknown_fields=True):
@@ -418,6 +438,14 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         for field in ("max_line_bytes", "max_body_bytes"):
             if getattr(b.limits, field) < 1024:
                 problems.append(f"{p}.limits.{field}: must be at least 1024, got {getattr(b.limits, field)}")
+        if b.health_path is not None and not b.health_path.startswith("/"):
+            problems.append(f"{p}.health_path: {b.health_path!r} must be a path from the server's root, "
+                            "starting with /")
+        for endpoint, path in b.paths.items():
+            if endpoint not in MEDIA_ENDPOINTS:
+                problems.append(f"{p}.paths.{endpoint}: no such endpoint (known: {', '.join(MEDIA_ENDPOINTS)})")
+            elif not path.startswith("/"):
+                problems.append(f"{p}.paths.{endpoint}: {path!r} must be a path from the server's root, starting with /")
         if b.run is not None:
             problems += _check_run(cfg, p, b)
     for rname, amount in cfg.resources.items():
@@ -492,6 +520,9 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         problems.append(f"connections.max_connections: must be at least 1, got {cfg.connections.max_connections}")
     if cfg.shutdown_grace_s < 0:
         problems.append("shutdown_grace_s: must be 0 or more")
+    for field in ("max_upload_bytes", "max_form_head_bytes"):
+        if getattr(cfg.limits, field) < 1024:
+            problems.append(f"limits.{field}: must be at least 1024, got {getattr(cfg.limits, field)}")
     return problems
 
 

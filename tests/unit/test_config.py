@@ -140,7 +140,7 @@ def test_model_capabilities_for_ollamas_show_only_known_names():
         cfgmod.parse({**base, "models": {"a": {"backend": "g", "capabilities": ["tools", "telepathy"]}}})
     assert info.value.problems == [
         "models.a.capabilities[1]: unknown capability 'telepathy' "
-        "(known: completion, tools, thinking, vision, embedding, insert, audio)"]
+        "(known: completion, tools, thinking, vision, embedding, insert, audio, speech, transcription, rerank, image)"]
 
 
 # -- managed backends (run:) ------------------------------------------------------------------
@@ -218,3 +218,22 @@ models:
     assert "gpu0             24  (used by: coder 18, chat 12, tiny 4)" in out.stdout
     assert "coder + chat (gpu0: 30 > 24)" in out.stdout
     assert "coder + tiny" not in out.stdout and "idle_ttl 600s" in out.stdout
+
+
+def test_relayed_endpoints_config_health_path_paths_and_upload_limits():
+    base = {"backends": {"w": {"url": "http://h:1", "kind": "whispercpp", "paths": {"transcriptions": "/asr"},
+                               "health_path": "/health"}},
+            "models": {"whisper-1": {"backend": "w", "capabilities": ["transcription"]}}}
+    cfg = cfgmod.parse(base)
+    assert cfg.backends["w"].paths == {"transcriptions": "/asr"}
+    assert cfg.limits.max_upload_bytes == 25 * 1024 * 1024 and cfg.limits.max_form_head_bytes == 1024 * 1024
+    with pytest.raises(cfgmod.ConfigError) as info:
+        cfgmod.parse({**base, "backends": {"w": {"url": "http://h:1", "paths": {"transcribe": "/x", "speech": "y"},
+                                                 "health_path": "health"}},
+                      "limits": {"max_upload_bytes": 10}})
+    assert info.value.problems == [
+        "backends.w.health_path: 'health' must be a path from the server's root, starting with /",
+        "backends.w.paths.transcribe: no such endpoint (known: rerank, rerank_v2, score, transcriptions, "
+        "translations, speech, voices, audio_models, image_generations, image_edits)",
+        "backends.w.paths.speech: 'y' must be a path from the server's root, starting with /",
+        "limits.max_upload_bytes: must be at least 1024, got 10"]

@@ -31,7 +31,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
-        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
+        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered", "units",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -72,6 +72,9 @@ class Tracked:
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
         self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
+        # what a relayed call cost in its own units (surfaces/media/units.py): audio_seconds,
+        # characters, documents, images; None for a text generation
+        self.units: dict[str, float] | None = None
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""
