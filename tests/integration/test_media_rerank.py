@@ -82,6 +82,9 @@ def test_llamacpp_gets_strings_and_its_dropped_documents_are_put_back(gw, stubs)
     assert doc["results"][-1]["document"] == DOCS[2]
     assert llama.requests()[-1]["body"]["documents"] == [DOCS[0], DOCS[1], DOCS[2]["text"]]
     assert doc["usage"]["prompt_tokens"] > 0
+    # top_n 0: every result, as vLLM reads it (llama.cpp would cut them to none)
+    status, _, doc = _rerank(gw, "/v1/rerank", {"model": "rr-llama", "query": "q", "documents": DOCS, "top_n": 0})
+    assert status == 200 and len(doc["results"]) == 3
 
 
 def test_score_on_vllm_and_a_400_naming_the_model_on_llamacpp(gw):

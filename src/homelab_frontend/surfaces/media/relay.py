@@ -248,11 +248,15 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
     resp = await ex.attempt(opener)
     ctype = resp.headers.get("content-type", "application/octet-stream")
     assert ex.backend is not None and ex.client is not None
+    need = _ANSWER_LIST.get(endpoint)
+    if need is not None and not _is_json(ctype):
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r} answered {ctype.split(';')[0]!r}, "
+                           f"not the JSON of a {endpoint.replace('_', ' ')} answer")
     if _is_json(ctype):
         ex.t.phase = GENERATING
         raw = await ex.client.read_all(resp)
         ex.complete = True
-        doc = _checked(raw, ex.backend.name)
+        doc = _checked(raw, ex.backend.name, need)
         if finish is not None:
             doc = finish(doc, ex.backend.cfg)
         units, tin, tout = answer_units(endpoint, doc)
@@ -267,7 +271,12 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
     return await _stream(request, gw, t, ex, resp, ctype)
 
 
-def _checked(raw: bytes, backend: str) -> dict:
+# the endpoints whose answer must be a JSON object with this list of objects in it
+_ANSWER_LIST = {"rerank": "results", "rerank_v2": "results", "score": "data", "image_generations": "data",
+                "image_edits": "data"}
+
+
+def _checked(raw: bytes, backend: str, need: str | None = None) -> dict:
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -280,6 +289,10 @@ def _checked(raw: bytes, backend: str) -> dict:
     if err and not any(k in doc for k in ("results", "data", "text")):
         message = err.get("message") if isinstance(err, dict) else err
         raise GatewayError("upstream_error", f"backend {backend!r} failed: {clean_message(str(message))}")
+    if need is not None:
+        items = doc.get(need)
+        if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+            raise GatewayError("upstream_malformed", f"backend {backend!r} answered without a `{need}` list")
     return doc
 
 

@@ -116,6 +116,14 @@ def test_json_answers_are_checked():
         assert err.value.kind == kind and "'b'" in err.value.message
 
 
+def test_answers_that_must_carry_a_list_do():
+    assert _checked(b'{"results": [{"index": 0}]}', "b", "results")["results"]
+    for raw in (b'{"results": "x"}', b'{"data": []}', b'{"results": [1]}'):
+        with pytest.raises(GatewayError) as err:
+            _checked(raw, "b", "results")
+        assert err.value.kind == "upstream_malformed" and "`results`" in err.value.message
+
+
 def test_json_content_types():
     assert _is_json("application/json; charset=utf-8") and _is_json("application/problem+json")
     assert not _is_json("text/event-stream") and not _is_json("audio/mpeg") and not _is_json("text/plain")
