@@ -78,13 +78,19 @@ rerank = _rerank("rerank")
 rerank_v2 = _rerank("rerank_v2")
 
 
+# vLLM's score request: one of these pairs (entrypoints/pooling/scoring/protocol.py)
+_SCORE_PAIRS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
+
+
 async def score(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     doc, route, principal = await read_json(request, gw, t)
-    for field in ("text_1", "text_2"):
-        if field not in doc and not ("queries" in doc and "documents" in doc):
-            raise GatewayError("invalid_request", f"{field}: required field is missing", param=field)
-    pairs = doc.get("text_2", doc.get("documents"))
-    t.units = {"documents": float(len(pairs)) if isinstance(pairs, list) else 1.0}
+    pair = next((p for p in _SCORE_PAIRS if p[0] in doc and p[1] in doc), None)
+    if pair is None:
+        field = "text_2" if "text_1" in doc else "text_1"
+        raise GatewayError("invalid_request", f"{field}: required field is missing (or give queries and "
+                           "documents)", param=field)
+    items = doc[pair[1]]
+    t.units = {"documents": float(len(items)) if isinstance(items, list) else 1.0}
     async with admitted(gw, t, route, principal) as ex:
         return await relay(request, gw, t, ex, "score", _json_body(doc, route.upstream_model), stream=False)
 
