@@ -8,6 +8,8 @@ What is proved, by the server's own evidence where it matters:
   /v1/audio/transcriptions and /llm/v1/...; the same bytes the server gives a direct client
   (but for verbose_json's timings, which vary with load);
 - translations reach whisper.cpp's one endpoint as well (an English model answers in English);
+- one slot: a second request waits in the gateway while whisper-server decodes the first, and
+  the ledger counts the audio seconds whisper-server itself reports (verbose_json's duration);
 - a client that leaves mid-transcription stops it: whisper-server itself logs that it aborted
   ("client disconnected, aborted processing"), the gateway frees the slot, and the next request
   is answered.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 
@@ -110,3 +113,25 @@ def test_a_client_gone_mid_transcription_is_aborted_by_whisper_itself(gw, whispe
     wait_for(lambda: all(b["in_use"] == 0 for b in gw.admin()["backends"].values()), timeout=30)
     status, _, answer = _transcribe(gw.url, speech, [("model", MODEL)])
     assert status == 200 and "report" in words(json.loads(answer)["text"])
+
+
+def test_one_slot_queues_the_second_and_the_ledger_counts_whispers_own_duration(gw, whisper, speech):
+    def seconds() -> float:
+        status, doc = gw.get(f"/admin/usage?model={MODEL}")
+        assert status == 200, doc
+        return sum(r.get("audio_seconds", 0) for r in doc["rows"])
+
+    before = seconds()
+    answers: list[tuple[int, bytes]] = []
+    fields = [("model", MODEL), ("response_format", "verbose_json")]
+    threads = [threading.Thread(target=lambda: answers.append(_transcribe(gw.url, speech, fields)[::2]))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    # the gateway holds the second back while whisper-server decodes the first (one slot)
+    wait_for(lambda: gw.admin()["backends"]["whisper"]["queued"] == 1, timeout=60, interval=0.05)
+    for t in threads:
+        t.join(300)
+    assert [s for s, _ in answers] == [200, 200]
+    durations = [json.loads(b)["duration"] for _, b in answers]
+    wait_for(lambda: seconds() == pytest.approx(before + sum(durations), abs=0.01), timeout=10)
