@@ -458,3 +458,19 @@ def test_sdcpp_edits_are_multipart_and_a_client_gone_mid_render_is_cancelled(tmp
     assert edited[0] == 200 and len(edited[1]["data"]) == 1
     assert stats["upload_bytes"] == 5004
     assert ends(lines) == ["rejected", "rejected", "completed", "cancelled"]
+
+
+def test_the_cli_flags_of_the_media_servers_reach_the_config():
+    import argparse
+
+    from homelab_frontend.stub import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    config = cli.config_from_args(parser.parse_args(
+        ["--port", "0", "--flavour", "whispercpp", "--request-path", "/v", "--inference-path", "/asr",
+         "--upload-read-ms", "5", "--no-rerank"]))
+    assert (config.flavour, config.request_path, config.inference_path) == ("whispercpp", "/v", "/asr")
+    assert config.upload_read_ms == 5 and config.reranking is False
+    defaults = cli.config_from_args(parser.parse_args(["--port", "0", "--flavour", "sdcpp"]))
+    assert defaults.inference_path == "/inference" and defaults.reranking is True and defaults.upload_read_ms == 0
