@@ -8,7 +8,9 @@ tests fail with that instruction; elsewhere they are skipped with it.
 whisper-server decodes one request at a time (a mutex round its one model) and checks between
 decoder steps whether the client's socket is still open: a client gone mid-inference aborts it,
 and the server's log says "client disconnected, aborted processing" (its evidence of a
-cancellation); each request it takes logs "Received request: FILENAME" first. It keeps no state
+cancellation); each request it begins to decode logs "processing 'FILENAME' (N samples, S sec)"
+first. Both are stderr's, unbuffered (its stdout lines, "Received request: ...", sit in stdio's
+buffer of a file until it fills: no evidence to wait on). It keeps no state
 the tests need, so it is stopped with SIGKILL, and `stop()` proves the process is gone.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -119,8 +122,9 @@ class WhisperServer:
             return ""
 
     def received(self) -> int:
-        """Requests whisper-server has taken in (its "Received request" lines)."""
-        return self.log_text().count("Received request:")
+        """Requests whisper-server has taken in whole and begun to decode (its stderr's
+        "processing 'FILE' (N samples, ...)" lines)."""
+        return len(re.findall(r": processing '.*' \(\d+ samples", self.log_text()))
 
     def aborted(self) -> int:
         """Inferences it aborted because the client had gone."""

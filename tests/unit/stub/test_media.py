@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from homelab_frontend.stub import audio, images
 from homelab_frontend.stub.media import parse_media_directives, wav_header, wav_seconds
 from homelab_frontend.stub.media_flavours import Kokoro, SdCpp, Speaches, WhisperCpp
 from homelab_frontend.stub.rerank import relevance
@@ -83,6 +84,19 @@ def test_wav_seconds_reads_the_header_and_a_streamed_header_falls_back_to_the_si
     header = wav_header(24000)
     assert wav_seconds(header, len(header) + 48000) == pytest.approx(1.0)
     assert wav_seconds(b"ID3" + b"\0" * 60, 1000) is None
+
+
+def test_subtitles_are_numbered_srt_and_webvtt_with_their_own_time_separators():
+    segments = [(0.0, 1.5, " One."), (1.5, 3723.25, " Two.")]
+    assert audio._srt(segments) == "1\n00:00:00,000 --> 00:00:01,500\n One.\n\n2\n00:00:01,500 --> 01:02:03,250\n Two.\n\n"
+    assert audio._vtt(segments).startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n One.\n\n")
+
+
+def test_image_sizes_are_parsed_bounded_and_the_png_is_well_formed():
+    assert images._size(None) == (512, 512) and images._size("64x32") == (64, 32)
+    assert images._size("64") is None and images._size("0x5") is None and images._size("9999x1") is None
+    data = images.png(3, 2, "seed")
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (3, 2)
 
 
 def test_the_media_flavours_are_registered_with_their_error_shapes():
@@ -444,3 +458,19 @@ def test_sdcpp_edits_are_multipart_and_a_client_gone_mid_render_is_cancelled(tmp
     assert edited[0] == 200 and len(edited[1]["data"]) == 1
     assert stats["upload_bytes"] == 5004
     assert ends(lines) == ["rejected", "rejected", "completed", "cancelled"]
+
+
+def test_the_cli_flags_of_the_media_servers_reach_the_config():
+    import argparse
+
+    from homelab_frontend.stub import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    config = cli.config_from_args(parser.parse_args(
+        ["--port", "0", "--flavour", "whispercpp", "--request-path", "/v", "--inference-path", "/asr",
+         "--upload-read-ms", "5", "--no-rerank"]))
+    assert (config.flavour, config.request_path, config.inference_path) == ("whispercpp", "/v", "/asr")
+    assert config.upload_read_ms == 5 and config.reranking is False
+    defaults = cli.config_from_args(parser.parse_args(["--port", "0", "--flavour", "sdcpp"]))
+    assert defaults.inference_path == "/inference" and defaults.reranking is True and defaults.upload_read_ms == 0
