@@ -98,3 +98,35 @@ def test_speech_without_a_first_byte_in_time_is_a_504_and_a_backend_that_breaks_
             rec = wait_for(lambda: [r for r in gw.access_log() if r["outcome"] == "error_upstream_midstream"], 2)
             assert rec[-1]["dialect"] == "speech" and rec[-1]["status"] == 200
             wait_for(lambda: gw.admin()["backends"]["k"]["in_use"] == 0, 2)
+
+
+def test_a_client_that_stalls_mid_upload_is_let_go_after_the_idle_timeout():
+    """A client that stops sending half-way would hold the slot (and the backend, reading) until
+    the whole request's timeout: after the backend's idle_s without a byte it gets a 400 saying
+    so, the backend sees its request end, the slot is free."""
+    import socket
+    import time
+
+    from support.media_client import _head
+
+    with start_stub("whispercpp") as w:
+        cfg = config_for({"w": {"url": w.url, "kind": "whispercpp", "slots": 1, "timeouts": {"idle_s": 1.0}}},
+                         {"whisper-1": {"backend": "w"}})
+        with Gateway(cfg) as gw:
+            wait_for(lambda: all(_up(gw).values()), 10)
+            body, ctype = form([("model", "whisper-1")], [("file", "a.wav", wav(20.0), "audio/wav")])
+            addr, head = _head(gw.url + "/v1/audio/transcriptions", ctype, len(body), None)
+            before = w.log_text().count("cancelled")
+            with socket.create_connection(addr, timeout=30) as s:
+                s.sendall(head + body[: len(body) // 2])  # and then nothing more
+                t0 = time.monotonic()
+                answer = b""
+                while not answer.endswith(b"}"):  # the whole error (the server then lingers, reading)
+                    answer += s.recv(65536)
+                waited = time.monotonic() - t0
+            assert waited < 5, waited
+            status = int(answer.split(b" ", 2)[1])
+            doc = json.loads(answer.partition(b"\r\n\r\n")[2])
+            assert status == 400 and "stalled" in doc["error"]["message"]
+            wait_for(lambda: w.log_text().count("cancelled") == before + 1, 2)
+            wait_for(lambda: gw.admin()["backends"]["w"]["in_use"] == 0, 2)

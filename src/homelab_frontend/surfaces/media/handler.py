@@ -102,7 +102,8 @@ def _upload(endpoint: str, file_fields: tuple[str, ...]):
             raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
 
         def body_for(cfg: Backend):
-            return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint))
+            return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint),
+                                          cfg.timeouts.idle_s)
 
         async with admitted(gw, t, route, principal) as ex:
             out = await relay(request, gw, t, ex, endpoint, body_for, stream=t.stream)

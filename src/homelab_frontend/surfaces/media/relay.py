@@ -112,10 +112,14 @@ class Upload:
         self.failure: GatewayError | None = None
         self.live = False  # bytes past the buffered head have gone out: no second send
         self.file_head = form.rest[:_WAV_HEAD]
+        self.idle_s: float | None = None
 
-    def prepare(self, model: str, extra: dict[str, str]) -> dict[str, str]:
-        """The head as this backend gets it; -> the upload's headers for it."""
+    def prepare(self, model: str, extra: dict[str, str], idle_s: float | None = None) -> dict[str, str]:
+        """The head as this backend gets it; -> the upload's headers for it. `idle_s`: the
+        longest the client may pause mid-upload (the backend's timeouts.idle_s): a client that
+        stalls would otherwise hold the slot, and the backend, until the whole request's timeout."""
         self.head = self.form.relay_head(model, extra)
+        self.idle_s = idle_s
         headers = {"content-type": self.request.headers.get("content-type", "")}
         if self.expected is not None:
             headers["content-length"] = str(self.expected + len(self.head) - self.form.head_end)
@@ -137,7 +141,13 @@ class Upload:
         content = self.request.content
         try:
             while True:
-                chunk = await content.readany()
+                try:
+                    async with asyncio.timeout(self.idle_s):
+                        chunk = await content.readany()
+                except TimeoutError:
+                    self.failure = GatewayError("invalid_request", f"the upload stalled: no byte for {self.idle_s:g} s "
+                                                f"after {self.read} bytes")
+                    raise self.failure from None
                 if not chunk:
                     break
                 self.live = True
