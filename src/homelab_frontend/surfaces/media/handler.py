@@ -98,7 +98,9 @@ async def score(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResp
 def _upload(endpoint: str, file_fields: tuple[str, ...]):
     async def handler(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
         form, upload, route, principal = await read_form(request, gw, t, file_fields)
-        if endpoint.startswith("image") and not form.fields.get("prompt"):
+        if endpoint.startswith("image") and form.ended and not form.fields.get("prompt"):
+            # only a form read to its end is known to have none (a prompt after the image is the
+            # backend's to find)
             raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
 
         def body_for(cfg: Backend):
