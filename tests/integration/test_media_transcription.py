@@ -91,6 +91,19 @@ def test_a_model_field_after_a_small_file_is_still_found(gw, stubs):
     assert whisper.requests()[-1]["body"]["model"] == "ggml-tiny.en"
 
 
+def test_a_big_file_sent_before_the_model_is_routed_by_the_model_after_it(gw, stubs):
+    """OpenAI's JS SDK writes `file` before `model`: a file larger than the form head's bound
+    (1 MiB) goes to disk while the model is looked for, then to the backend whole."""
+    whisper, _, _ = stubs
+    big = wav(50.0)  # 1.6 MB
+    status, _, body = _stt(gw, [("model", "whisper-1"), ("response_format", "verbose_json")], audio=big,
+                           files_first=True)
+    assert status == 200, body
+    assert json.loads(body)["duration"] == 50.0
+    sent = whisper.requests()[-1]["body"]
+    assert sent["model"] == "ggml-tiny.en" and sent["files"]["file"][0]["bytes"] == len(big)
+
+
 def test_openai_style_servers_speaches_and_vllm_and_their_streams(gw):
     status, headers, body = _stt(gw, [("model", "stt-s"), ("response_format", "json")])
     assert status == 200 and json.loads(body)["text"]

@@ -31,7 +31,7 @@ from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream import backend_kind
 from ..context import Gateway
-from .relay import admitted, read_form, read_json, relay
+from .relay import admitted, read_form, read_json, relay, route_form
 
 _encode = msgspec.json.encode
 _VOICES_TIMEOUT_S = 3.0
@@ -97,18 +97,22 @@ async def score(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResp
 
 def _upload(endpoint: str, file_fields: tuple[str, ...]):
     async def handler(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
-        form, upload, route, principal = await read_form(request, gw, t, file_fields)
-        if endpoint.startswith("image") and form.ended and not form.fields.get("prompt"):
-            # only a form read to its end is known to have none (a prompt after the image is the
-            # backend's to find)
-            raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
+        form, upload = await read_form(request, gw, t, file_fields)
+        try:
+            route, principal = route_form(request, gw, t, form, file_fields)
+            if endpoint.startswith("image") and form.ended and not form.fields.get("prompt"):
+                # only a form read to its end is known to have none (a prompt after the image is
+                # the backend's to find)
+                raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
 
-        def body_for(cfg: Backend):
-            return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint),
-                                          cfg.timeouts.idle_s)
+            def body_for(cfg: Backend):
+                return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint),
+                                              cfg.timeouts.idle_s)
 
-        async with admitted(gw, t, route, principal) as ex:
-            out = await relay(request, gw, t, ex, endpoint, body_for, stream=t.stream)
+            async with admitted(gw, t, route, principal) as ex:
+                out = await relay(request, gw, t, ex, endpoint, body_for, stream=t.stream)
+        finally:
+            form.spill.close()
         if endpoint in ("transcriptions", "translations") and "audio_seconds" not in (t.units or {}):
             seconds = upload.audio_seconds()  # the backend did not say: the WAV file's own length
             if seconds is not None:

@@ -9,11 +9,13 @@ The steps (one handler per endpoint in handler.py runs them):
 1. Read. A JSON body (rerank, score, speech, image generations) whole, under
    `limits.max_body_bytes`, parsed with the JSON limits (`read_json`). A multipart upload
    (transcriptions, translations, image edits) only as far as its head (`read_form`,
-   form.py): the text fields up to the first file part, bounded by `limits.max_form_head_bytes`
-   (a `model` sent after the file is found while the file fits in that bound; past it, a 400
-   asks for `model` first). The upload as a whole is bounded by `limits.max_upload_bytes`
-   (default 25 MiB, OpenAI's limit): a Content-Length over it is a 413 before a byte is read,
-   a chunked body that grows past it a 413 the moment it does.
+   form.py): the text fields up to the first file part. A `model` sent after the file (OpenAI's
+   JS SDK writes `file` first) is looked for past it: the file's bytes stay in memory up to
+   `limits.max_form_head_bytes`, beyond that they go to a temporary file on disk (`Spill`) and
+   come back from there when the upload is relayed, so memory stays bounded whatever the file's
+   size. The upload as a whole is bounded by `limits.max_upload_bytes` (default 25 MiB,
+   OpenAI's limit): a Content-Length over it is a 413 before a byte is read, a chunked body that
+   grows past it a 413 the moment it does.
 2. Route: the `model` through aliases and globs (policy/routing.py), 404 listing the models for
    an unknown one; the key's model list (403).
 3. Admit: the key's budget and max_concurrent (`Gateway.hold`), a slot through the fair queue,
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
@@ -64,7 +67,7 @@ from ..context import Gateway
 from .form import FormError, FormHead, boundary_of
 from .units import answer_units, wav_seconds
 
-__all__ = ["Upload", "admitted", "read_form", "read_json", "relay"]
+__all__ = ["Spill", "Upload", "admitted", "read_form", "read_json", "relay", "route_form"]
 
 log = logging.getLogger("homelab_frontend")
 _encode = msgspec.json.encode
@@ -96,6 +99,34 @@ def _too_large(limit: int, size: int | None = None) -> GatewayError:
     return GatewayError("request_too_large", f"{said}; the limit is {limit} bytes (limits.max_upload_bytes)")
 
 
+class Spill:
+    """Where a file sent before the form's `model` goes while the model is looked for (form.py):
+    a temporary file on disk, made on the first write, gone when closed. Reads and writes are
+    of the page cache, in pieces of a socket read: short enough for the event loop."""
+
+    PIECE = 256 * 1024
+
+    def __init__(self) -> None:
+        self._file = None
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="hlf-upload-")
+        self._file.write(data)
+
+    def pieces(self):
+        if self._file is None:
+            return
+        self._file.seek(0)
+        while piece := self._file.read(self.PIECE):
+            yield piece
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 class Upload:
     """The rest of a client's upload after its head, sent to the backend as it arrives
     (upstream/client.py `StreamedBody`). Replayable while nothing past the buffered head has
@@ -111,7 +142,8 @@ class Upload:
         self.head = b""
         self.failure: GatewayError | None = None
         self.live = False  # bytes past the buffered head have gone out: no second send
-        self.file_head = form.rest[:_WAV_HEAD]
+        # the file's first bytes, for its WAV header: known only when the file follows the head
+        self.file_head = form.rest[:_WAV_HEAD] if form.file_at_end else None
         self.idle_s: float | None = None
 
     def prepare(self, model: str, extra: dict[str, str], idle_s: float | None = None) -> dict[str, str]:
@@ -132,6 +164,9 @@ class Upload:
         return self._send()
 
     async def _send(self):
+        if self.form.spilled and isinstance(self.form.spill, Spill):
+            for piece in self.form.spill.pieces():  # the file sent before the model, from disk
+                yield piece
         yield self.head
         rest = self.form.rest
         if rest:
@@ -158,7 +193,7 @@ class Upload:
                 if self.read > self.limit:
                     self.failure = _too_large(self.limit)
                     raise self.failure
-                if len(self.file_head) < _WAV_HEAD:
+                if self.file_head is not None and len(self.file_head) < _WAV_HEAD:
                     self.file_head += chunk[:_WAV_HEAD - len(self.file_head)]
                 yield chunk
         except (aiohttp.ClientError, ConnectionError) as err:
@@ -173,19 +208,23 @@ class Upload:
 
     def audio_seconds(self) -> float | None:
         """The file's length by its own WAV header (an estimate), once it has all been sent."""
+        if self.file_head is None:
+            return None
         file_bytes = self.read - self.form.head_end  # the form's tail after the file is a few bytes
         return wav_seconds(self.file_head, file_bytes)
 
 
 async def read_form(request: web.Request, gw: Gateway, t: Tracked, file_fields: tuple[str, ...]
-                    ) -> tuple[FormHead, Upload, Route, Principal]:
-    """Step 1 and 2 for an upload: its head read (form.py), the file not; the route, the key."""
+                    ) -> tuple[FormHead, Upload]:
+    """Step 1 for an upload: its head read (form.py), the file not (or, sent before the model,
+    out of memory in its Spill: the caller closes `form.spill` when done with the upload)."""
     limit = gw.cfg.limits.max_upload_bytes
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit, request.content_length)
+    spill = Spill()
     try:
         form = FormHead(boundary_of(request.headers.get("content-type")), file_fields,
-                        gw.cfg.limits.max_form_head_bytes)
+                        gw.cfg.limits.max_form_head_bytes, spill=spill)
         read = 0
         while True:
             chunk = await request.content.readany()
@@ -198,15 +237,25 @@ async def read_form(request: web.Request, gw: Gateway, t: Tracked, file_fields: 
             if form.feed(chunk):
                 break
     except FormError as err:
+        spill.close()
         raise GatewayError("invalid_request", str(err), param=err.param) from None
+    except BaseException:
+        spill.close()
+        raise
     gw.note_body(request, read)
+    return form, Upload(request, gw, form, read, limit)
+
+
+def route_form(request: web.Request, gw: Gateway, t: Tracked, form: FormHead,
+               file_fields: tuple[str, ...]) -> tuple[Route, Principal]:
+    """Step 2 for an upload: the file part is there, the model routed, the key may use it."""
     if form.file_name is None:
         raise GatewayError("invalid_request", f"{file_fields[0]}: the form has no file part named "
                            f"{file_fields[0]!r}", param=file_fields[0])
     route, principal = _route(request, gw, t, _model_of(form.model))
     field = form.fields.get("stream")
     t.stream = bool(field) and field[0].strip().lower() == "true"
-    return form, Upload(request, gw, form, read, limit), route, principal
+    return route, principal
 
 
 @asynccontextmanager

@@ -133,3 +133,32 @@ def test_a_kind_without_the_endpoint_is_a_400_naming_the_model():
     with pytest.raises(GatewayError) as err:
         path_for(Backend(url="http://h/v1", kind="llamacpp"), "score", "rr")
     assert err.value.kind == "invalid_request" and "'rr'" in err.value.message and err.value.param == "model"
+
+
+def test_a_file_spilled_to_disk_goes_out_first_then_the_rewritten_head_then_the_rest():
+    from homelab_frontend.surfaces.media.relay import Spill
+
+    file = bytes(range(256)) * 64  # 16 KiB
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n' + file
+            + b'\r\n--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n--b--\r\n')
+    spill = Spill()
+    form = FormHead(b"b", ("file",), 4096, spill=spill)
+    pieces = [body[i:i + 1024] for i in range(0, len(body), 1024)]
+    read = 0
+    while pieces:
+        piece = pieces.pop(0)
+        read += len(piece)
+        if form.feed(piece):
+            break
+    assert form.spilled > 0 and form.model == "whisper-1"
+    up = Upload(_Request(pieces, len(body)), _Gw(), form, read, 1 << 20)
+    headers = up.prepare("ggml.bin", {"translate": "true"})
+    try:
+        sent = asyncio.run(_drain(up.fresh()))
+        assert asyncio.run(_drain(up.fresh())) == sent  # read whole with its head: it can go again
+    finally:
+        spill.close()
+    assert int(headers["content-length"]) == len(sent)
+    assert sent == body.replace(b"whisper-1\r\n", b'ggml.bin\r\n--b\r\nContent-Disposition: form-data; '
+                                                  b'name="translate"\r\n\r\ntrue\r\n')
+    assert up.audio_seconds() is None  # the file's header went by before the head: not guessed
