@@ -53,7 +53,7 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
         state.up, state.last_error = True, None
     except GatewayError as err:
         if state.up:
-            log.warning("backend %s is down: %s", state.name, err.message)
+            log.warning("marked down: %s", err.message)  # the message names the backend
         state.up, state.last_error = False, err.message
 
 
