@@ -220,8 +220,8 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True):
     # An audio or image upload (multipart: transcriptions, translations, image edits), streamed to
     # the backend as it arrives: past this, 413 (OpenAI's own limit is 25 MB).
     max_upload_bytes: int = 25 * 1024 * 1024
-    # Of an upload, what the gateway reads before it knows the form's `model` (surfaces/media/form.py):
-    # a `model` field sent after a file larger than this is a 400.
+    # Of an upload, what the gateway keeps in memory before it knows the form's `model`
+    # (surfaces/media/form.py): a file sent before the model and larger than this goes to disk.
     max_form_head_bytes: int = 1024 * 1024
 
 

@@ -62,12 +62,22 @@ def test_edits_are_uploaded_with_their_images(gw, sd):
     assert sent["model"] == "sd-cpp-local" and sent["files"]["image[]"][0]["bytes"] == len(PNG)
 
 
+def test_an_edit_whose_prompt_comes_after_its_image(gw, sd):
+    # JS FormData in append order: the image first, then the prompt (and model) after it
+    body, ctype = form([("prompt", "make it blue"), ("model", "sdxl")], [("image", "in.png", PNG, "image/png")],
+                       files_first=True)
+    status, _, raw = upload(gw.url + "/v1/images/edits", body, ctype, headers=H)
+    assert status == 200, raw
+    assert sd.requests()[-1]["body"]["prompt"] == "make it blue"
+
+
 def test_bad_input_and_the_servers_refusals(gw):
     status, _, raw = post_raw(gw.url + "/v1/images/generations", {"model": "sdxl"}, H)
     assert status == 400 and json.loads(raw)["error"]["param"] == "prompt"
+    # an edit's form is read only to its image: whether a prompt follows is sd-server's to say
     body, ctype = form([("model", "sdxl")], [("image", "in.png", PNG, "image/png")])
     status, _, raw = upload(gw.url + "/v1/images/edits", body, ctype, headers=H)
-    assert status == 400 and json.loads(raw)["error"]["param"] == "prompt"
+    assert status == 400 and "prompt required" in json.loads(raw)["error"]["message"]
     body, ctype = form([("model", "sdxl"), ("prompt", "x")])
     status, _, raw = upload(gw.url + "/v1/images/edits", body, ctype, headers=H)
     assert status == 400 and json.loads(raw)["error"]["param"] == "image"

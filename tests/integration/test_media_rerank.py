@@ -82,6 +82,9 @@ def test_llamacpp_gets_strings_and_its_dropped_documents_are_put_back(gw, stubs)
     assert doc["results"][-1]["document"] == DOCS[2]
     assert llama.requests()[-1]["body"]["documents"] == [DOCS[0], DOCS[1], DOCS[2]["text"]]
     assert doc["usage"]["prompt_tokens"] > 0
+    # top_n 0: every result, as vLLM reads it (llama.cpp would cut them to none)
+    status, _, doc = _rerank(gw, "/v1/rerank", {"model": "rr-llama", "query": "q", "documents": DOCS, "top_n": 0})
+    assert status == 200 and len(doc["results"]) == 3
 
 
 def test_score_on_vllm_and_a_400_naming_the_model_on_llamacpp(gw):
@@ -90,6 +93,10 @@ def test_score_on_vllm_and_a_400_naming_the_model_on_llamacpp(gw):
     assert status == 200, doc
     assert doc["model"] == "rr" and [d["index"] for d in doc["data"]] == [0, 1]
     assert doc["data"][0]["score"] > doc["data"][1]["score"]
+    status, _, doc = _rerank(gw, "/score", {"model": "rr", "queries": "capital", "documents": ["a", "b", "c"]})
+    assert status == 200 and len(doc["data"]) == 3
+    status, _, doc = _rerank(gw, "/v1/score", {"model": "rr", "text_1": "a"})
+    assert status == 400 and doc["error"]["param"] == "text_2"
     status, _, doc = _rerank(gw, "/llm/v1/score", {"model": "rr-llama", "text_1": "a", "text_2": "b"})
     assert status == 400 and doc["error"]["param"] == "model" and "'rr-llama'" in doc["error"]["message"]
 

@@ -150,3 +150,8 @@ def test_one_slot_one_speaker_and_the_ledger_counts_characters(gw, stubs):
         return sum(r["characters"] for r in doc["rows"])
 
     wait_for(lambda: chars() >= 2 * len(text), 5)
+    # metrics per endpoint family: the dialect label
+    status, text_metrics = gw.get("/metrics", HA)
+    assert status == 200
+    assert any(line.startswith("hlf_requests_total{") and 'dialect="speech"' in line and 'outcome="ok"' in line
+               for line in text_metrics.splitlines())

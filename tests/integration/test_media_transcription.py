@@ -17,9 +17,10 @@ from gwproc import Gateway, config_for
 from stubproc import start_stub, wait_for
 from support.media_client import form, upload, upload_and_vanish, wav
 
-KEY, ADMIN = "sk-stt", "sk-admin-stt"
-ENV = {"KEY": KEY, "ADMIN_KEY": ADMIN}
-AUTH = {"keys": [{"name": "sam", "key_env": "KEY"}], "admin_key_env": "ADMIN_KEY"}
+KEY, SUE, ADMIN = "sk-stt", "sk-sue-stt", "sk-admin-stt"
+ENV = {"KEY": KEY, "SUE_KEY": SUE, "ADMIN_KEY": ADMIN}
+AUTH = {"keys": [{"name": "sam", "key_env": "KEY"}, {"name": "sue", "key_env": "SUE_KEY", "models": ["stt-*"]}],
+        "admin_key_env": "ADMIN_KEY"}
 H = {"authorization": f"Bearer {KEY}"}
 HA = {"authorization": f"Bearer {ADMIN}"}
 LIMIT = 2 * 1024 * 1024
@@ -48,9 +49,9 @@ def gw(stubs):
         yield g
 
 
-def _stt(gw, fields, path="/llm/v1/audio/transcriptions", audio=AUDIO, files_first=False, **kw):
+def _stt(gw, fields, path="/llm/v1/audio/transcriptions", audio=AUDIO, files_first=False, headers=H, **kw):
     body, ctype = form(fields, [("file", "speech.wav", audio, "audio/wav")], files_first=files_first)
-    return upload(gw.url + path, body, ctype, headers=H, **kw)
+    return upload(gw.url + path, body, ctype, headers=headers, **kw)
 
 
 def test_a_whisper_server_without_v1_models_is_up_by_its_health_path(gw):
@@ -88,6 +89,19 @@ def test_a_model_field_after_a_small_file_is_still_found(gw, stubs):
     status, _, body = _stt(gw, [("model", "whisper-1"), ("response_format", "json")], files_first=True)
     assert status == 200, body
     assert whisper.requests()[-1]["body"]["model"] == "ggml-tiny.en"
+
+
+def test_a_big_file_sent_before_the_model_is_routed_by_the_model_after_it(gw, stubs):
+    """OpenAI's JS SDK writes `file` before `model`: a file larger than the form head's bound
+    (1 MiB) goes to disk while the model is looked for, then to the backend whole."""
+    whisper, _, _ = stubs
+    big = wav(50.0)  # 1.6 MB
+    status, _, body = _stt(gw, [("model", "whisper-1"), ("response_format", "verbose_json")], audio=big,
+                           files_first=True)
+    assert status == 200, body
+    assert json.loads(body)["duration"] == 50.0
+    sent = whisper.requests()[-1]["body"]
+    assert sent["model"] == "ggml-tiny.en" and sent["files"]["file"][0]["bytes"] == len(big)
 
 
 def test_openai_style_servers_speaches_and_vllm_and_their_streams(gw):
@@ -148,6 +162,18 @@ def test_bad_forms_say_what_is_wrong(gw):
     assert status == 400 and json.loads(raw)["error"]["param"] == "model"
     status, _, raw = _stt(gw, [("model", "whisper-1")], audio=b"ID3 not a wav")
     assert status == 400 and "failed to read audio data" in json.loads(raw)["error"]["message"]
+
+
+def test_a_keys_model_list_applies_before_the_file_is_read(gw, stubs):
+    whisper, _, _ = stubs
+    before = len(whisper.requests())
+    status, _, raw = _stt(gw, [("model", "whisper-1")], headers={"authorization": f"Bearer {SUE}"})
+    assert status == 403 and json.loads(raw)["error"]["param"] == "model"
+    status, _, raw = _stt(gw, [("model", "whisper-1")], headers={"authorization": "Bearer sk-nobody"})
+    assert status == 401
+    assert len(whisper.requests()) == before  # nothing reached the backend
+    status, _, raw = _stt(gw, [("model", "stt-s")], headers={"authorization": f"Bearer {SUE}"})
+    assert status == 200, raw
 
 
 def test_a_client_that_leaves_mid_upload_stops_the_backend_and_frees_the_slot(gw, stubs):

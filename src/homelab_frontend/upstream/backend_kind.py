@@ -104,11 +104,15 @@ def health_path(cfg: Backend) -> str | None:
 
 
 def rerank_body(cfg: Backend, doc: dict) -> dict:
-    """A rerank request as the backends take it: `{text}` documents as their strings."""
+    """A rerank request as the backends take it: `{text}` documents as their strings; for
+    llama.cpp a `top_n` of 0 left out (vLLM reads 0 as "all"; llama.cpp would cut the results to
+    none)."""
     if isinstance(doc.get("documents"), list) and any(isinstance(d, dict) for d in doc["documents"]):
         docs = [d.get("text") if isinstance(d, dict) and isinstance(d.get("text"), str) else d
                 for d in doc["documents"]]
-        return {**doc, "documents": docs}
+        doc = {**doc, "documents": docs}
+    if cfg.kind == "llamacpp" and doc.get("top_n") == 0:
+        doc = {k: v for k, v in doc.items() if k != "top_n"}
     return doc
 
 

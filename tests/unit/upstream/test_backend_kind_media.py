@@ -48,6 +48,13 @@ def test_rerank_documents_go_as_strings_to_every_kind():
     assert backend_kind.rerank_body(b("vllm"), plain) is plain
 
 
+def test_a_top_n_of_0_means_all_on_llamacpp_as_on_vllm():
+    doc = {"model": "m", "query": "q", "documents": ["a"], "top_n": 0}
+    assert "top_n" not in backend_kind.rerank_body(b("llamacpp"), doc)
+    assert backend_kind.rerank_body(b("vllm"), doc)["top_n"] == 0
+    assert backend_kind.rerank_body(b("llamacpp"), {**doc, "top_n": 2})["top_n"] == 2
+
+
 def test_llamacpp_answer_gets_the_documents_it_dropped():
     request = {"documents": ["alpha", {"text": "beta"}], "return_documents": True}
     answer = {"results": [{"index": 1, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1},

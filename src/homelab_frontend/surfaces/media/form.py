@@ -3,18 +3,23 @@
 An audio or image upload is relayed to the backend as it arrives, so the gateway must learn
 the form's `model` (to route it) without holding the file. `FormHead` is fed the body's bytes
 as they come and says when it has seen enough: the `model` field and the start of the first
-file part's content (or the body's end). Clients put their text fields before the file
-(OpenAI's SDKs through httpx, `requests`, Open WebUI, curl in the usual order), so the head is
-usually a few hundred bytes. A `model` that comes after the file is still found while the
-bytes read so far stay under `limit` (limits.max_form_head_bytes): a small file is buffered
-whole and the model after it found; past the limit, `FormError` says to put `model` first.
+file part's content (or the body's end). Many clients put their text fields before the file
+(OpenAI's Python SDK through httpx, `requests`, Open WebUI, curl in the usual order), so the
+head is usually a few hundred bytes. Others send the file first (OpenAI's JS SDK appends the
+form's fields in the order of the request object, `{file, model}` in its own examples): a
+`model` after the file is still found. While the bytes read so far stay under `limit`
+(limits.max_form_head_bytes) they are kept in memory; past it, with a `spill` file given, the
+file's bytes already scanned move to that file (the caller's temporary file, on disk), so memory
+stays bounded by `limit` whatever the file's size; without a spill, `FormError` says to put
+`model` first.
 
 What it keeps: each text field's value (at most `FIELD_BYTES`, decoded as UTF-8), the name,
 filename and content type of the first file part, and where the model's value sits in the
 buffered bytes, so `relay_head` can write the head again with the backend's model name and any
-fields a backend kind needs added (whisper.cpp's `translate`), its length change known for the
-new Content-Length. Nothing after the head is parsed: the file and whatever follows it pass
-through as bytes.
+fields a backend kind needs added (whisper.cpp's `translate`, a part of its own right after the
+model's), its length change known for the new Content-Length. The spilled bytes (`spilled` of
+them) come first, unchanged, then `relay_head`'s. Nothing after the head is parsed: the file and
+whatever follows it pass through as bytes.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def _disposition(headers: bytes) -> tuple[str | None, str | None, str | None]:
 class FormHead:
     """Feed it bytes until `feed` returns True (or `finish()` at the body's end)."""
 
-    def __init__(self, boundary: bytes, file_fields: tuple[str, ...], limit: int) -> None:
+    def __init__(self, boundary: bytes, file_fields: tuple[str, ...], limit: int, spill=None) -> None:
         self.dash = b"--" + boundary
         self.delim = b"\r\n--" + boundary
         self.file_fields = file_fields  # names of the file parts (`file`; `image`, `image[]`)
@@ -87,11 +92,14 @@ class FormHead:
         self.first_part = -1  # where the first delimiter begins (after any preamble)
         self.head_end = -1  # the file part's content begins here (or the body's end)
         self.ended = False  # the closing delimiter was seen
+        self.file_at_end = False  # the head ends where a file's content begins (its first bytes follow)
         self._pos = 0  # start of the next delimiter to read
         self._state = "start"  # start | headers | content | done
         self._content_start = 0
         self._part: tuple[str | None, str | None, str | None] = (None, None, None)
         self._scan_from = 0
+        self.spill = spill  # a binary file the file's scanned bytes move to past `limit` (or None)
+        self.spilled = 0  # bytes moved there: they precede buf
 
     @property
     def model(self) -> str | None:
@@ -107,6 +115,8 @@ class FormHead:
         the body ended. Raises FormError for a malformed form or a head over the limit."""
         self.buf += data
         self._scan()
+        if not self.done and len(self.buf) > self.limit and self._spill():
+            return False
         if not self.done and len(self.buf) > self.limit:
             if self.file_name is not None and self.model is None:
                 raise FormError(f"the form's `model` field was not found in its first {self.limit} bytes: "
@@ -114,6 +124,28 @@ class FormHead:
             raise FormError(f"the form's fields take more than {self.limit} bytes before the file "
                             "(limits.max_form_head_bytes)")
         return self.done
+
+    def _spill(self) -> bool:
+        """Move the scanned bytes of a file part whose content is being read, with the model
+        not yet seen, out to the spill file. -> whether memory is back under the limit."""
+        if self.spill is None or self._state != "content" or self.model is not None:
+            return False
+        name, filename, _ = self._part
+        if not self._is_file(name, filename):
+            return False
+        n = self._scan_from
+        if n <= 0:
+            return False
+        self.spill.write(bytes(self.buf[:n]))
+        del self.buf[:n]
+        self.spilled += n
+        # every position kept is relative to buf: those before the cut become negative, and
+        # none of them is read again (the part's start and its content so far lie in the spill)
+        self._pos -= n
+        self._content_start -= n
+        self._scan_from = 0
+        self.first_part -= n
+        return len(self.buf) <= self.limit
 
     def finish(self) -> None:
         """The body ended: it must have ended the form too."""
@@ -158,6 +190,7 @@ class FormHead:
                         self.file_name, self.filename, self.file_type = name, filename, ctype
                     if self.model is not None:
                         self.head_end = self._content_start
+                        self.file_at_end = True
                         self._state = "done"
                         return
                 self._state = "content"
@@ -180,15 +213,17 @@ class FormHead:
         return filename is not None or name in self.file_fields
 
     def relay_head(self, model: str, extra: dict[str, str] | None = None) -> bytes:
-        """The buffered head as the backend gets it: the `model` field's value replaced by
-        `model`, `extra` fields added first. The bytes after it are `buf[head_end:]`."""
+        """The buffered head as the backend gets it (after the `spilled` bytes): the `model`
+        field's value replaced by `model`, `extra` fields added as parts right after it. The
+        bytes after it are `buf[head_end:]`."""
         assert self.done and self.model_span is not None
         a, b = self.model_span
         buf = self.buf
-        pre = b"".join(self.dash + b"\r\nContent-Disposition: form-data; name=\"" + k.encode() + b"\"\r\n\r\n"
-                       + v.encode() + b"\r\n" for k, v in (extra or {}).items())
-        s = self.first_part
-        return bytes(buf[:s]) + pre + bytes(buf[s:a]) + model.encode("utf-8") + bytes(buf[b:self.head_end])
+        added = b"".join(self.dash + b"\r\nContent-Disposition: form-data; name=\"" + k.encode() + b"\"\r\n\r\n"
+                         + v.encode() + b"\r\n" for k, v in (extra or {}).items())
+        after = b + 2  # the model's value ends with CRLF, and the next delimiter starts there
+        return (bytes(buf[:a]) + model.encode("utf-8") + bytes(buf[b:after]) + added
+                + bytes(buf[after:self.head_end]))
 
     @property
     def rest(self) -> bytes:

@@ -31,7 +31,7 @@ from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream import backend_kind
 from ..context import Gateway
-from .relay import admitted, read_form, read_json, relay
+from .relay import admitted, read_form, read_json, relay, route_form
 
 _encode = msgspec.json.encode
 _VOICES_TIMEOUT_S = 3.0
@@ -78,28 +78,41 @@ rerank = _rerank("rerank")
 rerank_v2 = _rerank("rerank_v2")
 
 
+# vLLM's score request: one of these pairs (entrypoints/pooling/scoring/protocol.py)
+_SCORE_PAIRS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
+
+
 async def score(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     doc, route, principal = await read_json(request, gw, t)
-    for field in ("text_1", "text_2"):
-        if field not in doc and not ("queries" in doc and "documents" in doc):
-            raise GatewayError("invalid_request", f"{field}: required field is missing", param=field)
-    pairs = doc.get("text_2", doc.get("documents"))
-    t.units = {"documents": float(len(pairs)) if isinstance(pairs, list) else 1.0}
+    pair = next((p for p in _SCORE_PAIRS if p[0] in doc and p[1] in doc), None)
+    if pair is None:
+        field = "text_2" if "text_1" in doc else "text_1"
+        raise GatewayError("invalid_request", f"{field}: required field is missing (or give queries and "
+                           "documents)", param=field)
+    items = doc[pair[1]]
+    t.units = {"documents": float(len(items)) if isinstance(items, list) else 1.0}
     async with admitted(gw, t, route, principal) as ex:
         return await relay(request, gw, t, ex, "score", _json_body(doc, route.upstream_model), stream=False)
 
 
 def _upload(endpoint: str, file_fields: tuple[str, ...]):
     async def handler(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
-        form, upload, route, principal = await read_form(request, gw, t, file_fields)
-        if endpoint.startswith("image") and not form.fields.get("prompt"):
-            raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
+        form, upload = await read_form(request, gw, t, file_fields)
+        try:
+            route, principal = route_form(request, gw, t, form, file_fields)
+            if endpoint.startswith("image") and form.ended and not form.fields.get("prompt"):
+                # only a form read to its end is known to have none (a prompt after the image is
+                # the backend's to find)
+                raise GatewayError("invalid_request", "prompt: required field is missing", param="prompt")
 
-        def body_for(cfg: Backend):
-            return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint))
+            def body_for(cfg: Backend):
+                return upload, upload.prepare(route.upstream_model, backend_kind.form_extras(cfg, endpoint),
+                                              cfg.timeouts.idle_s)
 
-        async with admitted(gw, t, route, principal) as ex:
-            out = await relay(request, gw, t, ex, endpoint, body_for, stream=t.stream)
+            async with admitted(gw, t, route, principal) as ex:
+                out = await relay(request, gw, t, ex, endpoint, body_for, stream=t.stream)
+        finally:
+            form.spill.close()
         if endpoint in ("transcriptions", "translations") and "audio_seconds" not in (t.units or {}):
             seconds = upload.audio_seconds()  # the backend did not say: the WAV file's own length
             if seconds is not None:

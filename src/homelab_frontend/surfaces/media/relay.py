@@ -9,11 +9,13 @@ The steps (one handler per endpoint in handler.py runs them):
 1. Read. A JSON body (rerank, score, speech, image generations) whole, under
    `limits.max_body_bytes`, parsed with the JSON limits (`read_json`). A multipart upload
    (transcriptions, translations, image edits) only as far as its head (`read_form`,
-   form.py): the text fields up to the first file part, bounded by `limits.max_form_head_bytes`
-   (a `model` sent after the file is found while the file fits in that bound; past it, a 400
-   asks for `model` first). The upload as a whole is bounded by `limits.max_upload_bytes`
-   (default 25 MiB, OpenAI's limit): a Content-Length over it is a 413 before a byte is read,
-   a chunked body that grows past it a 413 the moment it does.
+   form.py): the text fields up to the first file part. A `model` sent after the file (OpenAI's
+   JS SDK writes `file` first) is looked for past it: the file's bytes stay in memory up to
+   `limits.max_form_head_bytes`, beyond that they go to a temporary file on disk (`Spill`) and
+   come back from there when the upload is relayed, so memory stays bounded whatever the file's
+   size. The upload as a whole is bounded by `limits.max_upload_bytes` (default 25 MiB,
+   OpenAI's limit): a Content-Length over it is a 413 before a byte is read, a chunked body that
+   grows past it a 413 the moment it does.
 2. Route: the `model` through aliases and globs (policy/routing.py), 404 listing the models for
    an unknown one; the key's model list (403).
 3. Admit: the key's budget and max_concurrent (`Gateway.hold`), a slot through the fair queue,
@@ -44,6 +46,8 @@ The steps (one handler per endpoint in handler.py runs them):
 from __future__ import annotations
 
 import asyncio
+import logging
+import tempfile
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable
 
@@ -63,8 +67,9 @@ from ..context import Gateway
 from .form import FormError, FormHead, boundary_of
 from .units import answer_units, wav_seconds
 
-__all__ = ["Upload", "admitted", "read_form", "read_json", "relay"]
+__all__ = ["Spill", "Upload", "admitted", "read_form", "read_json", "relay", "route_form"]
 
+log = logging.getLogger("homelab_frontend")
 _encode = msgspec.json.encode
 _WAV_HEAD = 64  # of a file, what its WAV header needs
 
@@ -94,6 +99,34 @@ def _too_large(limit: int, size: int | None = None) -> GatewayError:
     return GatewayError("request_too_large", f"{said}; the limit is {limit} bytes (limits.max_upload_bytes)")
 
 
+class Spill:
+    """Where a file sent before the form's `model` goes while the model is looked for (form.py):
+    a temporary file on disk, made on the first write, gone when closed. Reads and writes are
+    of the page cache, in pieces of a socket read: short enough for the event loop."""
+
+    PIECE = 256 * 1024
+
+    def __init__(self) -> None:
+        self._file = None
+
+    def write(self, data: bytes) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="hlf-upload-")
+        self._file.write(data)
+
+    def pieces(self):
+        if self._file is None:
+            return
+        self._file.seek(0)
+        while piece := self._file.read(self.PIECE):
+            yield piece
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
 class Upload:
     """The rest of a client's upload after its head, sent to the backend as it arrives
     (upstream/client.py `StreamedBody`). Replayable while nothing past the buffered head has
@@ -109,11 +142,16 @@ class Upload:
         self.head = b""
         self.failure: GatewayError | None = None
         self.live = False  # bytes past the buffered head have gone out: no second send
-        self.file_head = form.rest[:_WAV_HEAD]
+        # the file's first bytes, for its WAV header: known only when the file follows the head
+        self.file_head = form.rest[:_WAV_HEAD] if form.file_at_end else None
+        self.idle_s: float | None = None
 
-    def prepare(self, model: str, extra: dict[str, str]) -> dict[str, str]:
-        """The head as this backend gets it; -> the upload's headers for it."""
+    def prepare(self, model: str, extra: dict[str, str], idle_s: float | None = None) -> dict[str, str]:
+        """The head as this backend gets it; -> the upload's headers for it. `idle_s`: the
+        longest the client may pause mid-upload (the backend's timeouts.idle_s): a client that
+        stalls would otherwise hold the slot, and the backend, until the whole request's timeout."""
         self.head = self.form.relay_head(model, extra)
+        self.idle_s = idle_s
         headers = {"content-type": self.request.headers.get("content-type", "")}
         if self.expected is not None:
             headers["content-length"] = str(self.expected + len(self.head) - self.form.head_end)
@@ -126,19 +164,28 @@ class Upload:
         return self._send()
 
     async def _send(self):
+        if self.form.spilled and isinstance(self.form.spill, Spill):
+            for piece in self.form.spill.pieces():  # the file sent before the model, from disk
+                yield piece
         yield self.head
         rest = self.form.rest
         if rest:
             yield rest
-        if self.form.ended:
-            return
-        self.live = True
+        if self.form.ended or (self.expected is not None and self.read >= self.expected):
+            return  # the whole body was read with its head: it can be sent again, as often as need be
         content = self.request.content
         try:
             while True:
-                chunk = await content.readany()
+                try:
+                    async with asyncio.timeout(self.idle_s):
+                        chunk = await content.readany()
+                except TimeoutError:
+                    self.failure = GatewayError("invalid_request", f"the upload stalled: no byte for {self.idle_s:g} s "
+                                                f"after {self.read} bytes")
+                    raise self.failure from None
                 if not chunk:
                     break
+                self.live = True
                 more = content.read_nowait()  # what else is buffered: fewer, larger writes upstream
                 if more:
                     chunk += more
@@ -146,7 +193,7 @@ class Upload:
                 if self.read > self.limit:
                     self.failure = _too_large(self.limit)
                     raise self.failure
-                if len(self.file_head) < _WAV_HEAD:
+                if self.file_head is not None and len(self.file_head) < _WAV_HEAD:
                     self.file_head += chunk[:_WAV_HEAD - len(self.file_head)]
                 yield chunk
         except (aiohttp.ClientError, ConnectionError) as err:
@@ -161,19 +208,23 @@ class Upload:
 
     def audio_seconds(self) -> float | None:
         """The file's length by its own WAV header (an estimate), once it has all been sent."""
+        if self.file_head is None:
+            return None
         file_bytes = self.read - self.form.head_end  # the form's tail after the file is a few bytes
         return wav_seconds(self.file_head, file_bytes)
 
 
 async def read_form(request: web.Request, gw: Gateway, t: Tracked, file_fields: tuple[str, ...]
-                    ) -> tuple[FormHead, Upload, Route, Principal]:
-    """Step 1 and 2 for an upload: its head read (form.py), the file not; the route, the key."""
+                    ) -> tuple[FormHead, Upload]:
+    """Step 1 for an upload: its head read (form.py), the file not (or, sent before the model,
+    out of memory in its Spill: the caller closes `form.spill` when done with the upload)."""
     limit = gw.cfg.limits.max_upload_bytes
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit, request.content_length)
+    spill = Spill()
     try:
         form = FormHead(boundary_of(request.headers.get("content-type")), file_fields,
-                        gw.cfg.limits.max_form_head_bytes)
+                        gw.cfg.limits.max_form_head_bytes, spill=spill)
         read = 0
         while True:
             chunk = await request.content.readany()
@@ -186,15 +237,25 @@ async def read_form(request: web.Request, gw: Gateway, t: Tracked, file_fields: 
             if form.feed(chunk):
                 break
     except FormError as err:
+        spill.close()
         raise GatewayError("invalid_request", str(err), param=err.param) from None
+    except BaseException:
+        spill.close()
+        raise
     gw.note_body(request, read)
+    return form, Upload(request, gw, form, read, limit)
+
+
+def route_form(request: web.Request, gw: Gateway, t: Tracked, form: FormHead,
+               file_fields: tuple[str, ...]) -> tuple[Route, Principal]:
+    """Step 2 for an upload: the file part is there, the model routed, the key may use it."""
     if form.file_name is None:
         raise GatewayError("invalid_request", f"{file_fields[0]}: the form has no file part named "
                            f"{file_fields[0]!r}", param=file_fields[0])
     route, principal = _route(request, gw, t, _model_of(form.model))
     field = form.fields.get("stream")
     t.stream = bool(field) and field[0].strip().lower() == "true"
-    return form, Upload(request, gw, form, read, limit), route, principal
+    return route, principal
 
 
 @asynccontextmanager
@@ -226,22 +287,35 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
                 *, stream: bool, finish: Finish | None = None) -> web.StreamResponse:
     """Steps 4 and 5: open the backend's answer (failing over before it begins) and relay it."""
     route = ex.route
+    failed: list[GatewayError] = []
 
     async def opener() -> aiohttp.ClientResponse:
         assert ex.backend is not None
         cfg = ex.backend.cfg
         path = path_for(cfg, endpoint, route.client_model)
         body, headers = body_for(cfg)
-        return await ex.open(path, body, stream=stream, root=True, headers=headers)
+        if failed and isinstance(body, Upload) and body.live:
+            # the last backend read part of the file before it failed: it cannot be sent again,
+            # so its failure is the answer (not another backend's half an upload)
+            raise failed[-1]
+        try:
+            return await ex.open(path, body, stream=stream, root=True, headers=headers)
+        except GatewayError as err:
+            failed.append(err)
+            raise
 
     resp = await ex.attempt(opener)
     ctype = resp.headers.get("content-type", "application/octet-stream")
     assert ex.backend is not None and ex.client is not None
+    need = _ANSWER_LIST.get(endpoint)
+    if need is not None and not _is_json(ctype):
+        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r} answered {ctype.split(';')[0]!r}, "
+                           f"not the JSON of a {endpoint.replace('_', ' ')} answer")
     if _is_json(ctype):
         ex.t.phase = GENERATING
         raw = await ex.client.read_all(resp)
         ex.complete = True
-        doc = _checked(raw, ex.backend.name)
+        doc = _checked(raw, ex.backend.name, need)
         if finish is not None:
             doc = finish(doc, ex.backend.cfg)
         units, tin, tout = answer_units(endpoint, doc)
@@ -256,7 +330,12 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
     return await _stream(request, gw, t, ex, resp, ctype)
 
 
-def _checked(raw: bytes, backend: str) -> dict:
+# the endpoints whose answer must be a JSON object with this list of objects in it
+_ANSWER_LIST = {"rerank": "results", "rerank_v2": "results", "score": "data", "image_generations": "data",
+                "image_edits": "data"}
+
+
+def _checked(raw: bytes, backend: str, need: str | None = None) -> dict:
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -269,6 +348,10 @@ def _checked(raw: bytes, backend: str) -> dict:
     if err and not any(k in doc for k in ("results", "data", "text")):
         message = err.get("message") if isinstance(err, dict) else err
         raise GatewayError("upstream_error", f"backend {backend!r} failed: {clean_message(str(message))}")
+    if need is not None:
+        items = doc.get(need)
+        if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+            raise GatewayError("upstream_malformed", f"backend {backend!r} answered without a `{need}` list")
     return doc
 
 
@@ -301,9 +384,13 @@ async def _stream(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, r
     except (aiohttp.ClientError, ConnectionError) as err:
         if request.transport is None or request.transport.is_closing():
             raise asyncio.CancelledError() from None  # it was the client's side that went
-        # the backend broke off: the client's answer is cut short, which only a cut connection says
-        raise GatewayError("upstream_midstream", f"backend {ex.backend.name if ex.backend else '?'!r} broke off "
-                           f"its answer: {type(err).__name__}") from None
+        # the backend broke off: the client's answer is cut short, which only a cut connection
+        # says (audio has no error frame); the record keeps why, as app/lifecycle.py does
+        log.warning("request %s: backend %s broke off its answer: %s", t.id, ex.backend.name if ex.backend else "?",
+                    type(err).__name__)
+        t.fail("upstream_midstream", override=True)
+        t.status = out.status
+        raise asyncio.CancelledError() from None
     except asyncio.CancelledError:
         err = ex.own_cancel()
         if err is None:

@@ -139,3 +139,43 @@ def test_fields_that_never_end_hit_the_limit():
     head.feed(b'--b\r\nContent-Disposition: form-data; name="prompt"\r\n\r\n')
     with pytest.raises(FormError, match="more than 4096 bytes before the file"):
         head.feed(b"x" * 5000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=60_000), max_size=20)
+       .map(lambda c: c + list(range(0, 60_000, 3000))))  # pieces no larger than a socket read
+def test_a_model_after_a_big_file_is_found_with_the_file_spilled_out_of_memory(cuts):
+    """OpenAI's JS SDK sends `file` before `model`: past the limit the file's scanned bytes go to
+    the spill file, memory stays within the limit (plus one read), and the body rebuilt from
+    the spill, the rewritten head and the rest is the form with the backend's model."""
+    import io
+
+    big = FILE * 5  # 50 KiB
+    body, ctype = curl_order([("file", big, "a.wav"), ("language", b"en", None), ("model", b"whisper-1", None)])
+    spill = io.BytesIO()
+    head = FormHead(boundary_of(ctype), ("file",), 4096, spill=spill)
+    pos, peak = 0, 0
+    for cut in sorted(set(c % (len(body) + 1) for c in cuts)) + [len(body)]:
+        piece = body[pos:cut]
+        pos = cut
+        if head.feed(piece):
+            break
+        peak = max(peak, len(head.buf))
+        assert len(head.buf) <= 4096 + len(piece) + len(head.delim)
+    else:
+        head.finish()
+    assert head.model == "whisper-1" and head.spilled == len(spill.getvalue()) > 0
+    rebuilt = spill.getvalue() + head.relay_head("ggml.bin", {"translate": "true"}) \
+        + body[head.spilled + head.head_end:]
+    got = parse(rebuilt, ctype)
+    assert got["file"] == big and got["model"] == b"ggml.bin" and got["translate"] == b"true"
+    assert got["language"] == b"en"
+
+
+def test_without_a_spill_fields_before_the_file_over_the_limit_are_still_an_error():
+    import io
+
+    body, ctype = curl_order([("prompt", b"x" * 10_000, None), ("file", FILE, "a.wav"), ("model", b"m", None)])
+    head = FormHead(boundary_of(ctype), ("file",), 4096, spill=io.BytesIO())
+    with pytest.raises(FormError, match="before the file"):
+        feed_split(head, body, list(range(0, len(body), 1000)))

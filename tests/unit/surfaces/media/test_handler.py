@@ -24,3 +24,4 @@ def test_documents_strings_or_text_objects():
         with pytest.raises(GatewayError) as err:
             _documents(doc)
         assert err.value.param == param
+

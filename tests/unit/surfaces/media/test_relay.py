@@ -23,6 +23,9 @@ class _Content:
     async def readany(self) -> bytes:
         return self.chunks.pop(0) if self.chunks else b""
 
+    def read_nowait(self, n: int = -1) -> bytes:
+        return b""  # nothing else buffered: each piece comes by readany
+
 
 class _Request:
     def __init__(self, chunks: list[bytes], length: int | None) -> None:
@@ -77,6 +80,16 @@ def test_an_upload_is_sent_twice_only_while_none_of_the_live_stream_went_out():
         up.fresh()
 
 
+def test_a_body_read_whole_with_its_head_can_be_sent_again():
+    form = FormHead(b"b", ("file",), 1 << 16)
+    whole = HEAD + b"RIFF" + TAIL
+    assert form.feed(whole)
+    up = Upload(_Request([], len(whole)), _Gw(), form, len(whole), 1 << 20)
+    up.prepare("m", {})
+    first, second = asyncio.run(_drain(up.fresh())), asyncio.run(_drain(up.fresh()))
+    assert first == second and first.endswith(TAIL) and not up.live
+
+
 def test_growing_past_the_limit_is_a_413_the_client_is_blamed_for():
     up, _, _ = _upload([b"x" * 4000] * 5, limit=10_000, declared=None)
     up.prepare("m", {})
@@ -103,6 +116,14 @@ def test_json_answers_are_checked():
         assert err.value.kind == kind and "'b'" in err.value.message
 
 
+def test_answers_that_must_carry_a_list_do():
+    assert _checked(b'{"results": [{"index": 0}]}', "b", "results")["results"]
+    for raw in (b'{"results": "x"}', b'{"data": []}', b'{"results": [1]}'):
+        with pytest.raises(GatewayError) as err:
+            _checked(raw, "b", "results")
+        assert err.value.kind == "upstream_malformed" and "`results`" in err.value.message
+
+
 def test_json_content_types():
     assert _is_json("application/json; charset=utf-8") and _is_json("application/problem+json")
     assert not _is_json("text/event-stream") and not _is_json("audio/mpeg") and not _is_json("text/plain")
@@ -112,3 +133,32 @@ def test_a_kind_without_the_endpoint_is_a_400_naming_the_model():
     with pytest.raises(GatewayError) as err:
         path_for(Backend(url="http://h/v1", kind="llamacpp"), "score", "rr")
     assert err.value.kind == "invalid_request" and "'rr'" in err.value.message and err.value.param == "model"
+
+
+def test_a_file_spilled_to_disk_goes_out_first_then_the_rewritten_head_then_the_rest():
+    from homelab_frontend.surfaces.media.relay import Spill
+
+    file = bytes(range(256)) * 64  # 16 KiB
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n' + file
+            + b'\r\n--b\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-1\r\n--b--\r\n')
+    spill = Spill()
+    form = FormHead(b"b", ("file",), 4096, spill=spill)
+    pieces = [body[i:i + 1024] for i in range(0, len(body), 1024)]
+    read = 0
+    while pieces:
+        piece = pieces.pop(0)
+        read += len(piece)
+        if form.feed(piece):
+            break
+    assert form.spilled > 0 and form.model == "whisper-1"
+    up = Upload(_Request(pieces, len(body)), _Gw(), form, read, 1 << 20)
+    headers = up.prepare("ggml.bin", {"translate": "true"})
+    try:
+        sent = asyncio.run(_drain(up.fresh()))
+        assert asyncio.run(_drain(up.fresh())) == sent  # read whole with its head: it can go again
+    finally:
+        spill.close()
+    assert int(headers["content-length"]) == len(sent)
+    assert sent == body.replace(b"whisper-1\r\n", b'ggml.bin\r\n--b\r\nContent-Disposition: form-data; '
+                                                  b'name="translate"\r\n\r\ntrue\r\n')
+    assert up.audio_seconds() is None  # the file's header went by before the head: not guessed
