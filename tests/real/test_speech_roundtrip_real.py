@@ -23,7 +23,7 @@ from stubproc import wait_for
 from support.media_client import form, upload
 from whisperproc import MODEL as STT, UPSTREAM as STT_SERVED, WhisperServer, require_whisper
 
-pytestmark = pytest.mark.xdist_group("whisper")
+pytestmark = [pytest.mark.xdist_group("whisper"), pytest.mark.timeout(600)]
 
 SENTENCE = "Please send the report to the office tomorrow morning."
 

@@ -10,14 +10,16 @@ What is proved:
 - /v1/score pairs one query with each document in order, the Paris one scoring highest;
 - a model the gateway does not know is its 404 naming the models, never a 500;
 - a client that leaves a large rerank mid-way stops it at vLLM: vLLM finishes fewer of its
-  per-document requests than the rerank holds (its own counter), runs nothing afterwards, and the
-  gateway frees the slot.
+  per-document requests than the rerank holds (its own counter: one engine request for the query
+  and one per document), runs nothing afterwards, and the gateway frees the slot; the same rerank
+  left to finish runs every document (the control: the request was valid, only the leaving cut it).
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import urllib.request
 
 import pytest
 
@@ -25,7 +27,7 @@ from gwproc import Gateway
 from stubproc import wait_for
 from vllmscoreproc import MODEL, SERVED, ScoreVllm, require_score_vllm, score_config
 
-pytestmark = pytest.mark.xdist_group("scorer")
+pytestmark = [pytest.mark.xdist_group("scorer"), pytest.mark.timeout(900)]
 
 QUERY = "What is the capital of France?"
 DOCS = ["Bananas are a yellow fruit rich in potassium.",
@@ -86,7 +88,7 @@ def test_an_unknown_model_is_a_404_naming_the_models(gw):
 
 
 def test_a_client_gone_mid_rerank_stops_it_at_vllm(gw, scorer):
-    documents = [f"Document {i}: " + " ".join(["the city of lights on the river"] * 25) for i in range(600)]
+    documents = [f"Document {i}: " + " ".join(["the city of lights on the river"] * 25) for i in range(64)]
     body = json.dumps({"model": MODEL, "query": QUERY, "documents": documents}).encode()
     done0 = scorer.scored_requests()
     host, port = gw.url.removeprefix("http://").split(":")
@@ -102,5 +104,12 @@ def test_a_client_gone_mid_rerank_stops_it_at_vllm(gw, scorer):
     finished = scorer.scored_requests() - done0
     assert scorer.idle() and finished < len(documents), f"vLLM finished {finished} of {len(documents)}"
     wait_for(lambda: all(b["in_use"] == 0 for b in gw.admin()["backends"].values()), timeout=30)
-    status, doc = gw.post("/v1/rerank", {"model": MODEL, "query": QUERY, "documents": DOCS})
-    assert status == 200 and doc["results"][0]["index"] == 1
+    # the control: the same rerank, left to finish, runs every document (and is a valid request)
+    before = scorer.scored_requests()
+    req = urllib.request.Request(gw.url + "/v1/rerank", method="POST", headers={"content-type": "application/json"},
+                                 data=json.dumps({"model": MODEL, "query": QUERY, "documents": documents,
+                                                  "top_n": 1}).encode())
+    with urllib.request.urlopen(req, timeout=300) as r:
+        assert r.status == 200 and len(json.loads(r.read())["results"]) == 1
+    wait_for(scorer.idle, timeout=60, interval=0.25)
+    assert scorer.scored_requests() - before >= len(documents)

@@ -28,7 +28,7 @@ from stubproc import wait_for
 from support.media_client import form, upload, upload_and_vanish
 from whisperproc import MODEL, WhisperServer, require_whisper, speak, whisper_config
 
-pytestmark = pytest.mark.xdist_group("whisper")
+pytestmark = [pytest.mark.xdist_group("whisper"), pytest.mark.timeout(600)]
 
 SENTENCE = "Please send the report to the office tomorrow morning."
 

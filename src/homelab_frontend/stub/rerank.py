@@ -8,9 +8,10 @@ vLLM (entrypoints/pooling/scoring: api_router.py, protocol.py, serving.py):
 - `POST /rerank`, `/v1/rerank` (the same handler, a deprecation warning in its log) and
   `/v2/rerank`: `{model, query, documents, top_n}`; `documents` a string or a list of strings
   or `{"content": [parts]}` objects (a `{"text": ...}` object is not one: pydantic's 400);
-  `top_n` 0 (the default) means all, below 0 a 400. `return_documents` is not a field of vLLM's
+  `top_n` 0 (the default) means all, below 0 a 400. A refused body is `{"error": {"message":
+  "N validation errors: …", "type": "Bad Request", "param": "body.documents", "code": 400}}`. `return_documents` is not a field of vLLM's
   (extra fields are allowed and ignored): every result carries `document: {"text", "multi_modal"}`.
-  The answer: `{"id": "score-…", "model", "usage": {"prompt_tokens", "total_tokens"},
+  The answer: `{"id": "score-" + 16 hex digits, "model", "usage": {"prompt_tokens", "total_tokens"},
   "results": [{"index", "document", "relevance_score"}]}`, sorted by score, cut to top_n.
 - `POST /score`, `/v1/score`: `queries`+`documents`, `queries`+`items`, `data_1`+`data_2` or
   `text_1`+`text_2`, each a string or a list: 1:1, 1:N or N:N, else a 400. The answer:
@@ -90,6 +91,15 @@ def _vllm_error(request: web.Request, status: int, message: str, param: str | No
     return rejection_response(request.app[FLAVOUR].error(status, message, param=param))
 
 
+def _vllm_validation(request: web.Request, field: str, message: str) -> web.Response:
+    """vLLM's answer to a body its pydantic model refuses (as 0.32 sends it: the errors listed,
+    `type` "Bad Request", `param` the field's location)."""
+    loc = f"body.{field}"
+    return json_body({"error": {"message": f"1 validation error:\n  {{'type': 'value_error', 'loc': '{loc}', "
+                                           f"'msg': '{message}'}}", "type": "Bad Request", "param": loc,
+                                "code": 400}}, 400)
+
+
 async def _score_documents(job: Job, query: str, documents: list[str], delay_ms: int | None) -> list[float]:
     """Score each document, one unit of work each (cancellable between them)."""
     directives = parse_media_directives(query)
@@ -158,7 +168,7 @@ async def _vllm_rerank(job: Job) -> web.StreamResponse:
         problem = ("top_n", "Input should be greater than or equal to 0")
     if problem is not None:
         job.reject(400)
-        return _vllm_error(request, 400, f"1 validation error for RerankRequest\n{problem[0]}\n  {problem[1]}", problem[0])
+        return _vllm_validation(request, problem[0], problem[1])
     scores = await _score_documents(job, query_text, texts, None)
     results = sorted(
         ({"index": i, "document": {"text": d if isinstance(d, str) else None,
@@ -170,7 +180,7 @@ async def _vllm_rerank(job: Job) -> web.StreamResponse:
         results = results[:top_n]
     tokens = sum(pair_tokens(query_text, t) for t in texts)  # type: ignore[arg-type]
     job.state.stats.prompt_tokens += tokens
-    return json_body({"id": f"score-{uuid.uuid4().hex}", "model": model,
+    return json_body({"id": f"score-{uuid.uuid4().hex[:16]}", "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results})
 
 
@@ -216,9 +226,10 @@ async def _vllm_score(job: Job) -> web.StreamResponse:
         data.append({"index": i, "object": "score", "score": relevance(q, d)})  # type: ignore[arg-type]
         tokens += pair_tokens(q, d)  # type: ignore[arg-type]
     job.state.stats.prompt_tokens += tokens
-    return json_body({"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
+    return json_body({"id": f"score-{uuid.uuid4().hex[:16]}", "object": "list", "created": int(time.time()), "model": model,
                       "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
-                                              "prompt_tokens_details": None}})
+                                              "prompt_tokens_details": None,
+                                              "completion_tokens_details": None}})
 
 
 # -- llama.cpp --
