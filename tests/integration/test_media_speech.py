@@ -74,6 +74,7 @@ def test_audio_is_streamed_as_the_backend_makes_it(gw, stubs):
     first = resp.read1(65536)
     # the first audio is here while the backend is still making the rest: nothing was collected
     assert first and kokoro.stats()["in_flight"] == 1
+    assert resp.headers["x-accel-buffering"] == "no"  # and an nginx in front would not hold it back
     rest = resp.read()
     conn.close()
     assert len(first) + len(rest) == 12 * 2000

@@ -64,6 +64,7 @@ from ...upstream import backend_kind
 from ...config import Backend
 from ..body import decode_object
 from ..context import Gateway
+from ..skeleton import stream_response
 from .form import FormError, FormHead, boundary_of
 from .units import answer_units, wav_seconds
 
@@ -367,7 +368,8 @@ def _count(t: Tracked, units: dict[str, float], tin: int | None, tout: int | Non
 async def _stream(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, resp: aiohttp.ClientResponse,
                   ctype: str) -> web.StreamResponse:
     """An answer that is not JSON, relayed as it comes: audio, SSE events, text."""
-    out = web.StreamResponse(headers={"content-type": ctype, **gw.headers(t)})
+    # unbuffered, as every streamed answer: an nginx in front would otherwise hold the audio back
+    out = stream_response({"content-type": ctype}, gw.headers(t))
     await out.prepare(request)
     content = resp.content
     first = True
