@@ -67,7 +67,10 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
     """A whole non-streaming answer (or error, probe) body."""
 
 
-BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "whispercpp"]
+# The relayed endpoints a backend's `paths` may place elsewhere (upstream/backend_kind.py).
+MEDIA_ENDPOINTS = ("rerank", "rerank_v2", "score", "transcriptions", "translations", "speech", "voices",
+                   "audio_models", "image_generations", "image_edits")
 
 
 class ClientKeepAlive(msgspec.Struct, forbid_unknown_fields=True):
@@ -93,7 +96,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     uses: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """How much of each of `resources` it takes while running."""
     ready_url: str | None = None
-    """The URL whose 200 means ready; null: GET <url>/models answering 200."""
+    """The URL whose 200 means ready; null: GET <url>/models answering 200 (or the backend's health_path)."""
     start_timeout_s: Seconds = 300.0
     """From spawn to ready; longer is a failed start."""
     idle_ttl_s: Seconds | None = None
@@ -158,6 +161,14 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     """What is read from it at most."""
     health_interval_s: float = 10.0
     """Seconds between its GET /v1/models probes (never a generation)."""
+    health_path: str | None = None
+    """For a server without GET /v1/models (whisper.cpp's, stable-diffusion.cpp's): the path, from the
+    server's root, whose 200 is its health and readiness; null: /v1/models (kind whispercpp: /health)."""
+    paths: dict[str, str] = msgspec.field(default_factory=dict)
+    """The server's own path (from its root) for a relayed endpoint where it is not OpenAI's, e.g.
+    {transcriptions: /inference} for whisper.cpp's --inference-path; keys: rerank, rerank_v2, score,
+    transcriptions, translations, speech, voices, audio_models, image_generations, image_edits. Left
+    out: the kind's (upstream/backend_kind.py)."""
     run: Run | None = None
     """The gateway runs this backend's server (a managed backend)."""
     on_client_gone: Literal["cancel", "drain"] = "cancel"
@@ -205,7 +216,10 @@ FIM_PRESETS: dict[str, Fim] = {
 }
 
 
-MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio")
+MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio",
+                      # the relayed kinds (surfaces/media/): `speech` lists a model (and asks its
+                      # backends for voices) in /v1/audio/models and /v1/audio/voices
+                      "speech", "transcription", "rerank", "image")
 
 
 class Model(msgspec.Struct, forbid_unknown_fields=True):
@@ -307,6 +321,12 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True):
     """Tools in one request."""
     max_header_bytes: int = 16 * 1024
     """One request header line."""
+    max_upload_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 25 * 1024 * 1024
+    """An audio or image upload (multipart: transcriptions, translations, image edits), streamed to the
+    backend as it arrives: past this, 413 (OpenAI's own limit is 25 MB)."""
+    max_form_head_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    """Of an upload, what is kept in memory before the form's `model` is known (surfaces/media/form.py): a
+    file sent before the model and larger than this goes to a temporary file on disk."""
 
 
 class Connections(msgspec.Struct, forbid_unknown_fields=True):
@@ -692,6 +712,14 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         elif b.kind in _UNDER_V1 and not parts.path.rstrip("/").endswith("/v1"):
             problems.append(f"{p}.url: {b.url!r}: {_UNDER_V1[b.kind]} serves its OpenAI-compatible API under /v1 "
                             f"(did you mean {b.url.rstrip('/')}/v1?)")
+        if b.health_path is not None and not b.health_path.startswith("/"):
+            problems.append(f"{p}.health_path: {b.health_path!r} must be a path from the server's root, "
+                            "starting with /")
+        for endpoint, path in b.paths.items():
+            if endpoint not in MEDIA_ENDPOINTS:
+                problems.append(f"{p}.paths.{endpoint}: no such endpoint (known: {', '.join(MEDIA_ENDPOINTS)})")
+            elif not path.startswith("/"):
+                problems.append(f"{p}.paths.{endpoint}: {path!r} must be a path from the server's root, starting with /")
         if b.run is not None:
             problems += _check_run(cfg, p, b)
     for name, m in cfg.models.items():

@@ -46,6 +46,11 @@ RENDERERS: dict[str, Renderer] = {
     "ollama": ollama_errors.render_error,
     "completions": openai_errors.render_error,  # legacy completions: OpenAI's own error shape
     "infill": infill_errors.render_error,
+    # the relayed calls (surfaces/media/): OpenAI's error shape, what their clients read
+    "rerank": openai_errors.render_error,
+    "transcription": openai_errors.render_error,
+    "speech": openai_errors.render_error,
+    "images": openai_errors.render_error,
 }
 
 

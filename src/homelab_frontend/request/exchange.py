@@ -51,7 +51,7 @@ from ..errors import GatewayError
 from ..policy.auth import ANONYMOUS, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
-from ..upstream.client import UpstreamClient, UpstreamFailure
+from ..upstream.client import StreamedBody, UpstreamClient, UpstreamFailure
 from ..upstream.prompt_count import can_count, count_prompt
 from . import drain, failover
 
@@ -174,9 +174,11 @@ class Exchange:
         await self._take(alt)
         return True
 
-    async def open(self, path: str, body: bytes, *, stream: bool, root: bool = False) -> aiohttp.ClientResponse:
+    async def open(self, path: str, body: bytes | StreamedBody, *, stream: bool, root: bool = False,
+                   headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         """POST `body` to the backend's `path` (under its /v1 base URL; `root`: under its root,
-        for llama.cpp's own endpoints such as /infill)."""
+        for llama.cpp's own endpoints such as /infill). `headers`: a relayed body's own (an
+        upload's content type and length)."""
         assert self.backend is not None
         self.t.phase = CONNECTING
         if self._watch is None:
@@ -186,8 +188,10 @@ class Exchange:
         t0 = time.monotonic()
         try:
             trace = self.t.trace
-            posting = (client.post(path, body, root=root) if trace is None
-                       else client.post(path, body, root=root, headers=trace.upstream_headers()))
+            if trace is not None:
+                headers = {**(headers or {}), **trace.upstream_headers()}
+            posting = (client.post(path, body, root=root) if headers is None
+                       else client.post(path, body, root=root, headers=headers))
             if self.backend.cfg.on_client_gone == "drain":
                 # the request stays on its way even when this task is cancelled before the
                 # answer's headers (a whole answer's come at its end): drain.py reads it then
@@ -201,7 +205,9 @@ class Exchange:
                 self.resp = await posting
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
-            if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
+            if not isinstance(err, UpstreamFailure):
+                pass  # the client's own fault mid-upload (a StreamedBody's failure): says nothing of the backend
+            elif err.cause in failover.CONNECTION_CAUSES:
                 self.backend.connection_failed(err.message)
             else:
                 self.backend.passive.answered(False)

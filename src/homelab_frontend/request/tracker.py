@@ -31,7 +31,7 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
-        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
+        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered", "units",
         "drain", "drained", "client", "endpoint",
     )
 
@@ -77,6 +77,9 @@ class Tracked:
         # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
         self.drain: asyncio.Task | None = None
         self.drained: str | None = None
+        # what a relayed call cost in its own units (surfaces/media/units.py): audio_seconds,
+        # characters, documents, images; None for a text generation
+        self.units: dict[str, float] | None = None
         # the client's address as believed: the peer's, or what a trusted proxy says (policy/forwarded.py)
         self.client = ""
         # the route it came in on, as the route is written (`/llm/v1/chat/completions`,
