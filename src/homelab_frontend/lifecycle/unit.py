@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Callable, Protocol
 
@@ -136,7 +137,9 @@ class Managed:
             "last_start_s": round(self.last_start_s, 3) if self.last_start_s is not None else None,
             "error": self.error, "uses": dict(self.run.uses), "unload": self.run.unload,
             "idle_ttl_s": self.idle_ttl_s, "in_use": in_use, "waiting": waiting,
-            "retry_in_s": round(max(0.0, self.retry_at - time.monotonic()), 1) if self.retry_at else None,
+            # rounded up: a 0 is a promise that the next request starts it (rounded to the nearest,
+            # the last 50 ms of a back-off read 0 and a request then was still refused with a 503)
+            "retry_in_s": math.ceil(max(0.0, self.retry_at - time.monotonic()) * 10) / 10 if self.retry_at else None,
         }
 
 
