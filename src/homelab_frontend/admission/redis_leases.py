@@ -45,12 +45,11 @@ slots). So:
   renewal either;
 - on reconnect the replica re-registers the leases of the requests still running.
 
-A call given up on may still run. A take that was sent and then abandoned (Redis gone, the
-request's queue timeout, its client leaving) sits in a paused Redis's input and runs when it
-resumes, adding a lease nobody holds. Its member is given back at once and again with the next
-`GHOST_ROUNDS` renewal rounds: Redis serves every connection that became readable while it was
-stopped in its first round after resuming, so by the second successful renewal the late take has
-run, and the ZREM after it removes it (before this, such a lease kept a slot for a whole lease).
+A take given up on (Redis gone, the request's queue timeout, its client leaving) may still run:
+it was sent, and a paused Redis runs it when it resumes. Its member is given back at once all the
+same, on another connection, and Redis serves its connections' input in the order it arrived, so
+the release runs after the take and no lease is left behind (tests/unit/admission/
+test_redis_leases.py pauses Redis to check it).
 
 Redis that comes back empty (restarted without persistence) has forgotten every lease; a brand-new
 one never held any. Redis cannot tell the two apart, the replicas can: only a replica that holds
@@ -104,7 +103,6 @@ RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
 DISCOVERY_S = 1.0
 RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
 QUICK_MIN_S = 0.2  # the shortest bound of any Redis call
-GHOST_ROUNDS = 2  # renewal rounds that give back an abandoned take again (docstring)
 
 
 def gone_after(lease_s: float) -> float:
@@ -527,7 +525,6 @@ class RedisSlotPool(QueueFront):
         self.holders: Counter[str] = Counter()  # replica -> slots, as last seen
         self._held: dict[str, SharedLease] = {}  # member -> lease; what this replica renews
         self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
-        self._ghosts: dict[str, int] = {}  # abandoned takes -> renewal rounds left to give them back in
         self._wake = asyncio.Event()
         self._granter: asyncio.Task | None = None
         self._seq = itertools.count()
@@ -543,7 +540,7 @@ class RedisSlotPool(QueueFront):
 
     def members(self) -> list[str]:
         """Every member this replica has in Redis or may still have (for the shutdown release)."""
-        return [*self._held, *self._dangling, *self._ghosts]
+        return [*self._held, *self._dangling]
 
     def holds_any(self) -> bool:
         return bool(self._dangling) or any(lease.bound for lease in self._held.values())
@@ -629,8 +626,7 @@ class RedisSlotPool(QueueFront):
         try:
             taken, n = await self.reg.take(self, member, within)
         except BaseException:
-            self._drop(member)  # the script may have run before the failure: give it back
-            self._ghosts[member] = GHOST_ROUNDS  # or may run yet (module docstring)
+            self._drop(member)  # the script may have run before the failure, or run yet: give it back
             raise
         self.in_use = n
         if not taken:
@@ -665,15 +661,10 @@ class RedisSlotPool(QueueFront):
         """Renew what this replica holds, give back what it let go while Redis was away, and
         stop the requests whose leases were lost."""
         members = [m for m, lease in self._held.items() if lease.bound and not lease.fenced]
-        drops = list(self._dangling.union(self._ghosts))
+        drops = list(self._dangling)
         sent = asyncio.get_running_loop().time()
         lost, readded, live = await self.reg.renew(self, drops, members)
         self._dangling.difference_update(drops)
-        for member in drops:
-            if member in self._ghosts:
-                self._ghosts[member] -= 1
-                if self._ghosts[member] <= 0:
-                    del self._ghosts[member]
         lost_set = set(lost)
         for member in members:
             lease = self._held.get(member)
