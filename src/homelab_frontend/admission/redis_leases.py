@@ -325,8 +325,8 @@ class Registry:
     def late(self, waited: float) -> GatewayError:
         return GatewayError(
             "overloaded",
-            f"the gateway's cluster slot registry (Redis) did not answer within {waited:g} s (the "
-            "request's queue timeout); try again shortly",
+            f"the gateway's cluster slot registry (Redis) did not answer within {waited:g} s, as long "
+            "as this request may wait for a slot; try again shortly",
             retry_after=RETRY_AFTER_S,
         )
 
@@ -570,8 +570,9 @@ class RedisSlotPool(QueueFront):
             raise self.reg.unreachable()
         q = self.queue
         if q.queued == 0 and q.open():
-            # a late Redis is waited for within this request's queue timeout (module docstring)
-            lease = await self._take(holder, within=q.timeout_s)
+            # a late Redis is waited for within this request's queue timeout (module docstring);
+            # a timeout of 0 means "do not queue", not "do not ask Redis"
+            lease = await self._take(holder, within=max(q.timeout_s, self.reg.op_timeout))
             if lease is not None:
                 q.changed()
                 return lease
