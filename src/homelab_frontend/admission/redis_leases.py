@@ -25,10 +25,11 @@ timeout as well. Half a lease, because:
   of every replica (they renew every lease_s / 3), and if it stays silent the running requests
   are stopped within the other half anyway (below), so work admitted later would only be fenced;
 - it is well inside the leases: a slot taken by a call that was answered late is a fresh lease
-  from Redis's own clock, and a running request's lease, renewed at most lease_s / 3 before
-  the silence began, still has a sixth of a lease (and the fencing margin) to run when Redis is
-  declared gone;
-- it covers the pauses above at any `lease_s` a homelab would pick (>= 4 s).
+  from Redis's own clock, and a running request's lease, renewed about lease_s / 3 before the
+  silence began at the most, still has a sixth of a lease to run when Redis is declared gone,
+  more than the fencing margin below (a tenth, at most 0.5 s);
+- it rides out the pauses above at any `lease_s` a homelab would pick (2 s and more from
+  `lease_s: 4` on; 5 s at the default).
 A refused or reset connection is different: Redis (or the way to it) is gone at once.
 
 Losing Redis (gone, as above). A replica that cannot reach Redis cannot tell whether Redis is gone
@@ -114,7 +115,6 @@ def gone_after(lease_s: float) -> float:
 def quick_bound(lease_s: float) -> float:
     """The bound of a call that must not wait on a slow Redis (the admin view, shutdown)."""
     return max(QUICK_MIN_S, min(1.0, lease_s / 4))
-
 
 
 async def kept_cancel(awaitable: Any) -> Any:
