@@ -3,7 +3,8 @@ gone"): real gateway replicas, a real redis-server frozen with SIGSTOP, the stub
 count of concurrent generations.
 
 - Paused for 1.5 s under load (a fork for a snapshot, a busy host, a VM's hiccup): every request
-  is answered, the backend never runs more than its slots, and nothing is left in Redis.
+  is answered (each also reads its key's token budget in Redis first), the backend never runs
+  more than its slots, and nothing is left in Redis.
 - Silent for longer than a lease: new work is refused with each dialect's overload error once
   Redis counts as gone (half a lease), and running work is stopped before its lease could end.
 """
@@ -43,13 +44,23 @@ def redis_server():
         yield r
 
 
-def _start(stack: ExitStack, stub, redis_server, lease_s: float, replicas: str) -> list[Gateway]:
+# a key with a token budget: its every request reads the budget's counters in Redis first
+BUDGETED = {"keys": [{"name": "team", "key_env": "TEAM_KEY", "budget": {"tokens_per_day": 10_000_000}}],
+            "admin_key_env": "ADMIN_KEY"}
+TEAM = {"authorization": "Bearer sk-team"}
+ADMIN = {"authorization": "Bearer sk-adm"}
+
+
+def _start(stack: ExitStack, stub, redis_server, lease_s: float, replicas: str, auth: dict | None = None
+           ) -> list[Gateway]:
     backend = {"url": stub.base, "slots": SLOTS, "queue": {"depth": 64, "timeout_s": 60}}
+    extra = {"auth": auth} if auth else {}
     cfgs = [config_for({"b": backend}, {"m": {"backend": "b"}},
-                       cluster={"redis_url": redis_server.url, "lease_s": lease_s, "replica_id": r})
+                       cluster={"redis_url": redis_server.url, "lease_s": lease_s, "replica_id": r}, **extra)
             for r in replicas]
+    env = {"TEAM_KEY": "sk-team", "ADMIN_KEY": "sk-adm"}
     with ThreadPoolExecutor(len(cfgs)) as pool:
-        futs = [pool.submit(Gateway, c) for c in cfgs]
+        futs = [pool.submit(Gateway, c, env) for c in cfgs]
         gws = []
         for f in futs:  # every one entered, so a failed start leaves none running
             try:
@@ -62,13 +73,13 @@ def _start(stack: ExitStack, stub, redis_server, lease_s: float, replicas: str) 
     return gws
 
 
-def _stream(gw: Gateway, n_tokens: int, dialect: str, timeout: float = 60):
+def _stream(gw: Gateway, n_tokens: int, dialect: str, timeout: float = 60, headers: dict | None = None):
     prompt = f"[stub content={n_tokens}]"
     if dialect == "openai":
         body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": prompt}]}
-        return post_raw(gw.base + "/chat/completions", body, timeout=timeout)
+        return post_raw(gw.base + "/chat/completions", body, headers, timeout=timeout)
     body = {"model": "m", "stream": True, "max_tokens": 4096, "messages": [{"role": "user", "content": prompt}]}
-    return post_raw(gw.base + "/messages", body, timeout=timeout)
+    return post_raw(gw.base + "/messages", body, headers, timeout=timeout)
 
 
 def _completed(dialect: str, raw: bytes) -> bool:
@@ -97,21 +108,21 @@ def _nothing_left(redis_server, gws: list[Gateway]) -> None:
         raise AssertionError(f"left in Redis: {keys()}") from None
     for gw in gws:
         b = wait_for(lambda gw=gw: (lambda v: v if v["held_here"] == 0 and v["queued"] == 0 else None)(
-            gw.admin()["backends"]["b"]), timeout=10)
+            gw.admin(ADMIN)["backends"]["b"]), timeout=10)
         assert b["in_use"] == 0
 
 
 def test_a_redis_paused_for_a_second_and_a_half_under_load_answers_every_request(stub, redis_server):
     stub.reset()
     with ExitStack() as stack:
-        gws = _start(stack, stub, redis_server, 8.0, "abc")
+        gws = _start(stack, stub, redis_server, 8.0, "abc", auth=BUDGETED)
         results: list = []
         lock = threading.Lock()
 
         def one(i: int) -> None:
             dialect = "openai" if i % 2 else "anthropic"
             try:
-                status, _, raw = _stream(gws[i % 3], 15, dialect)
+                status, _, raw = _stream(gws[i % 3], 15, dialect, headers=TEAM)
             except OSError as err:
                 status, raw = None, repr(err).encode()
             with lock:
@@ -137,7 +148,7 @@ def test_a_redis_paused_for_a_second_and_a_half_under_load_answers_every_request
         assert stats["max_in_flight"] <= SLOTS  # no slot was handed out twice
         _nothing_left(redis_server, gws)
         for gw in gws:
-            assert gw.admin()["cluster"]["reachable"] is True
+            assert gw.admin(ADMIN)["cluster"]["reachable"] is True
             assert not [r for r in gw.access_log() if r.get("status") != 200]
 
 
@@ -186,7 +197,7 @@ def test_a_redis_silent_for_longer_than_a_lease_refuses_new_work_and_stops_runni
                 assert got == status, (dialect, raw[:300])
                 assert int(headers["retry-after"]) >= 1
                 assert "Redis" in _error_message(dialect, raw), (dialect, raw[:300])
-            view = gws[0].admin()["cluster"]
+            view = gws[0].admin(ADMIN)["cluster"]
             assert view["reachable"] is False and "no answer" in view["last_error"]
 
             # the running requests are stopped before their leases could run out, Redis still silent
@@ -205,7 +216,7 @@ def test_a_redis_silent_for_longer_than_a_lease_refuses_new_work_and_stops_runni
         assert len(stopped) == SLOTS
 
         # Redis answers again: the replicas take new work and nothing of the old is left
-        wait_for(lambda: all(gw.admin()["cluster"]["reachable"] for gw in gws), timeout=lease_s + 5)
+        wait_for(lambda: all(gw.admin(ADMIN)["cluster"]["reachable"] for gw in gws), timeout=lease_s + 5)
         for gw, dialect in zip(gws, ("openai", "anthropic")):
             status, _, raw = _stream(gw, 5, dialect)
             assert status == 200 and _completed(dialect, raw)
