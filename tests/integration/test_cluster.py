@@ -138,9 +138,9 @@ def test_a_fresh_cluster_grants_after_the_discovery_window_not_a_whole_lease(stu
 def test_replicas_share_the_slots_and_the_backend_never_sees_more(stub, redis_server):
     stub.reset()
     with ExitStack() as stack:
-        # lease_s 8: the replicas' Redis calls may take up to 1 s (lease_s / 4, capped) before a
-        # request is refused as "Redis unreachable"; at 2 s (0.5 s calls) a loaded machine got
-        # that 429 while Redis was up. No replica dies here, so the lease length is not tested.
+        # lease_s 8: a Redis call may take up to 4 s (half a lease) before Redis counts as gone.
+        # When calls were cut at min(1 s, lease_s / 4), a loaded machine got "Redis unreachable"
+        # 529s here while Redis was up (test_cluster_redis_pause.py: a Redis that answers late).
         gws = _start(stack, stub, 8.0, a=redis_server.url, b=redis_server.url, c=redis_server.url)
         order = list(gws.values())
         seen: set[tuple[str, str]] = set()  # (replica, request) pairs the admin view showed
@@ -191,7 +191,7 @@ def test_replicas_share_the_slots_and_the_backend_never_sees_more(stub, redis_se
 
 
 def test_a_killed_replica_loses_its_slots_within_the_lease(stub, redis_server):
-    lease_s = 4.0  # its Redis calls time out at lease_s / 4: 0.5 s was within a busy machine's reach
+    lease_s = 4.0  # short, for the test's length; Redis counts as gone after 2 s without an answer
     stub.reset()
     _in_use_before(redis_server)
     with ExitStack() as stack:
@@ -323,8 +323,8 @@ def test_a_replica_cut_off_from_redis_stops_its_requests_before_others_reuse_the
 
 
 def test_an_unresponsive_redis_never_hangs_a_request(stub, redis_server):
-    """Redis frozen (SIGSTOP): connections stay open but nothing answers. Every call is bounded,
-    so new requests are refused promptly and the running ones carry on."""
+    """Redis frozen (SIGSTOP): connections stay open but nothing answers. Every call is bounded
+    (half a lease, 3 s here), so new requests are refused within it and the running ones carry on."""
     lease_s = 6.0
     stub.reset()
     _in_use_before(redis_server)

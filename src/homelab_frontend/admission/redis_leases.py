@@ -16,16 +16,41 @@ granter task per backend that, while anybody waits, tries to take a slot for the
 It retries when a slot is given back anywhere (pub/sub), and every POLL_S in any case, because
 pub/sub delivers at most once and a lease that *expired* sends no message.
 
-Losing Redis. A replica that cannot reach Redis cannot tell whether Redis is gone for everybody (a
-restart) or only for itself (a partition, while the others go on handing out slots). So:
-- new requests are refused at once with the overload error (queued ones too): no slot can be
-  taken without Redis, and waiting for one would only hide the outage;
+Late is not gone. Redis answers late for ordinary reasons: a busy host, a fork for a snapshot, an
+AOF fsync that Redis itself lets stall writes for up to 2 s, a VM's pause. Such a Redis is waited
+for: every call may take up to `gone_after(lease_s)` = half a lease (5 s at the default 10 s)
+before Redis counts as gone, and a request's own wait for its slot is bounded by its queue
+timeout as well. Half a lease, because:
+- that is when waiting stops being worth it: a Redis silent that long has missed a renewal round
+  of every replica (they renew every lease_s / 3), and if it stays silent the running requests
+  are stopped within the other half anyway (below), so work admitted later would only be fenced;
+- it is well inside the leases: a slot taken by a call that was answered late is a fresh lease
+  from Redis's own clock, and a running request's lease, renewed about lease_s / 3 before the
+  silence began at the most, still has a sixth of a lease to run when Redis is declared gone,
+  more than the fencing margin below (a tenth, at most 0.5 s);
+- it rides out the pauses above at any `lease_s` a homelab would pick (2 s and more from
+  `lease_s: 4` on; 5 s at the default).
+A refused or reset connection is different: Redis (or the way to it) is gone at once.
+
+Losing Redis (gone, as above). A replica that cannot reach Redis cannot tell whether Redis is gone
+for everybody (a restart) or only for itself (a partition, while the others go on handing out
+slots). So:
+- new requests are refused with the overload error (queued ones too): no slot can be taken
+  without Redis, and waiting longer for one would only hide the outage;
 - requests already holding a slot keep running while their leases are still valid by the
   replica's own monotonic clock, counted from when the last successful renewal was *sent* (Redis
   stamped it later, so its expiry is never earlier). A request whose lease would run out before
-  Redis is back is stopped with an error a little before that moment: after it, another replica
-  may legitimately have its slot, and the backend must never run more than `slots`;
+  Redis answers is stopped with an error a little before that moment: after it, another replica
+  may legitimately have its slot, and the backend must never run more than `slots`. This check
+  runs all the time, not only once Redis is declared gone: a renewal that is merely late is no
+  renewal either;
 - on reconnect the replica re-registers the leases of the requests still running.
+
+A take given up on (Redis gone, the request's queue timeout, its client leaving) may still run:
+it was sent, and a paused Redis runs it when it resumes. Its member is given back at once all the
+same, on another connection, and Redis serves its connections' input in the order it arrived, so
+the release runs after the take and no lease is left behind (tests/unit/admission/
+test_redis_leases.py pauses Redis to check it).
 
 Redis that comes back empty (restarted without persistence) has forgotten every lease; a brand-new
 one never held any. Redis cannot tell the two apart, the replicas can: only a replica that holds
@@ -44,8 +69,10 @@ the end of a grace during which no new slot is granted, but re-registrations are
   (a partition at the same moment as the restart); when it comes back, its lease is taken back if
   there is room, else its request is stopped, as for any lease that expired.
 
-Every Redis call is bounded by a short timeout (retried at most once, on a fresh connection,
-within that bound).
+Every Redis call is bounded by `gone_after` (a refused connection is retried once, on a fresh
+connection, within that bound: a pooled one may predate a Redis restart); the admin view and
+shutdown, which must not wait on Redis, use a short bound (`quick_bound`) and treat running out
+of it as "no answer yet", not as Redis gone.
 """
 
 from __future__ import annotations
@@ -76,6 +103,18 @@ RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
 # a listener's retry and the maintainer's pause (RECONNECT_S each), the calls, with room to spare.
 DISCOVERY_S = 1.0
 RETRY_AFTER_S = 2.0  # what a client refused for an unreachable Redis is told
+QUICK_MIN_S = 0.2  # the shortest bound of any Redis call
+
+
+def gone_after(lease_s: float) -> float:
+    """How long Redis may leave a call unanswered before it counts as gone (docstring: half a
+    lease). Never below QUICK_MIN_S: a lease that short is a test's, not a pause's measure."""
+    return max(QUICK_MIN_S, lease_s / 2)
+
+
+def quick_bound(lease_s: float) -> float:
+    """The bound of a call that must not wait on a slow Redis (the admin view, shutdown)."""
+    return max(QUICK_MIN_S, min(1.0, lease_s / 4))
 
 
 async def kept_cancel(awaitable: Any) -> Any:
@@ -129,7 +168,9 @@ class Registry:
             import redis.asyncio as aioredis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
             from redis.exceptions import RedisError
+            from redis.exceptions import TimeoutError as RedisTimeoutError
         except ImportError:
             raise cfgmod.ConfigError([
                 "cluster: needs the redis client library; install it with "
@@ -139,19 +180,25 @@ class Registry:
         self.replica = cfg.replica_id or f"{socket.gethostname()}-{os.getpid()}"
         self.lease_s = cfg.lease_s
         self.lease_ms = max(1, int(cfg.lease_s * 1000))
-        self.op_timeout = max(0.2, min(1.0, cfg.lease_s / 4))
+        self.gone_s = gone_after(cfg.lease_s)  # a call unanswered this long: Redis is gone
+        self.op_timeout = quick_bound(cfg.lease_s)  # calls that must not wait on a slow Redis
         # stop a request this long before its lease could end, for the stop itself to land
         self.margin = min(0.5, cfg.lease_s / 10)
         self.where = describe_url(cfg.redis_url)
         self._errors = (RedisError, OSError, TimeoutError)
+        self._timeouts = (RedisTimeoutError, TimeoutError)
         self.client = aioredis.from_url(
             cfg.redis_url,
             decode_responses=True,
-            socket_timeout=self.op_timeout,
-            socket_connect_timeout=self.op_timeout,
-            # One immediate retry on a fresh connection: a pooled connection may predate a Redis
-            # restart. Every script is idempotent, and `call` bounds the whole attempt anyway.
-            retry=Retry(NoBackoff(), 1),
+            # The socket bounds are the backstop for every user of this client (the usage ledger,
+            # the Responses store, the lifecycle cluster): a late answer is waited for until Redis
+            # counts as gone, never cut at a fraction of that (module docstring).
+            socket_timeout=self.gone_s,
+            socket_connect_timeout=self.gone_s,
+            # One immediate retry on a fresh connection when one breaks: a pooled connection may
+            # predate a Redis restart. Not on a timeout: a Redis that has not answered for gone_s
+            # is gone, and asking again would only double the wait. Every script is idempotent.
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self._acquire = self.client.register_script(ACQUIRE)
         self._release = self.client.register_script(RELEASE)
@@ -188,6 +235,7 @@ class Registry:
                      self.replica, self.where, self.lease_s)
         self._maintainer = self.spawn(self._maintain())
         self._listener = self.spawn(self._listen())
+        self._fencer = self.spawn(self._fence_loop())
 
     async def close(self) -> None:
         """Shutdown: give back every slot still held (the requests are over by now) and close."""
@@ -204,7 +252,7 @@ class Registry:
             members = pool.members()
             if members:
                 try:
-                    await self.give_back(pool, members)
+                    await self.give_back(pool, members, self.op_timeout)
                 except GatewayError:
                     pass  # unreachable: the leases expire within lease_s anyway
         closer = getattr(self.client, "aclose", None) or self.client.close
@@ -221,26 +269,35 @@ class Registry:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # -- calls (each bounded; a failure marks Redis down and raises `unreachable()`) ----------
+    # -- calls (each bounded; Redis gone marks it down and raises `unreachable()`) -------------
 
-    async def call(self, script, keys: list[str], args: list[Any]) -> Any:
+    async def call(self, script, keys: list[str], args: list[Any], within: float | None = None) -> Any:
+        """Run `script`, waiting for a late answer until Redis counts as gone (`gone_s`), or, with
+        `within`, only that long: running out of the caller's own, shorter budget raises `late()`
+        and says nothing about Redis. A refused or broken connection is Redis gone at once."""
+        bound = self.gone_s if within is None else min(within, self.gone_s)
         try:
-            async with asyncio.timeout(self.op_timeout):
+            async with asyncio.timeout(bound):
                 return await kept_cancel(script(keys=keys, args=args))
+        except self._timeouts as err:
+            if bound < self.gone_s:
+                raise self.late(bound) from None
+            self._mark_down(err, f"no answer for {self.gone_s:g} s")
+            raise self.unreachable() from None
         except self._errors as err:
             self._mark_down(err)
             raise self.unreachable() from None
 
-    async def take(self, pool: "RedisSlotPool", member: str) -> tuple[bool, int]:
+    async def take(self, pool: "RedisSlotPool", member: str, within: float | None = None) -> tuple[bool, int]:
         """One try to add `member` to `pool`'s lease set -> (taken, slots in use)."""
         taken, n, grace = await self.call(
             self._acquire, [pool.key, EPOCH_KEY],
-            [self.lease_ms, pool.slots, member, self.holds_any(), self.discovery_ms])
+            [self.lease_ms, pool.slots, member, self.holds_any(), self.discovery_ms], within)
         self.note_grace(int(grace))
         return bool(taken), int(n)
 
-    async def give_back(self, pool: "RedisSlotPool", members: list[str]) -> None:
-        await self.call(self._release, [pool.key], [pool.channel, *members])
+    async def give_back(self, pool: "RedisSlotPool", members: list[str], within: float | None = None) -> None:
+        await self.call(self._release, [pool.key], [pool.channel, *members], within)
 
     async def renew(self, pool: "RedisSlotPool", drops: list[str], members: list[str]
                     ) -> tuple[list[str], list[str], list[str]]:
@@ -254,7 +311,7 @@ class Registry:
 
     async def live(self, pool: "RedisSlotPool") -> tuple[float, list[str], list[float]]:
         """Redis's clock now (ms), and the live leases of `pool` with their expiries (ms)."""
-        now, flat = await self.call(self._view, [pool.key], [])
+        now, flat = await self.call(self._view, [pool.key], [], self.op_timeout)
         return float(now), list(flat[::2]), [float(x) for x in flat[1::2]]
 
     def unreachable(self) -> GatewayError:
@@ -265,8 +322,16 @@ class Registry:
             retry_after=RETRY_AFTER_S,
         )
 
-    def _mark_down(self, err: BaseException) -> None:
-        self.last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    def late(self, waited: float) -> GatewayError:
+        return GatewayError(
+            "overloaded",
+            f"the gateway's cluster slot registry (Redis) did not answer within {waited:g} s, as long "
+            "as this request may wait for a slot; try again shortly",
+            retry_after=RETRY_AFTER_S,
+        )
+
+    def _mark_down(self, err: BaseException, what: str | None = None) -> None:
+        self.last_error = what or (f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
         if self.ok:
             log.warning("cluster: lost Redis at %s (%s): refusing new requests, running ones keep their "
                         "slots for up to %g s", self.where, self.last_error, self.lease_s)
@@ -276,8 +341,6 @@ class Registry:
             self.down_since = asyncio.get_running_loop().time()
         for pool in self.pools.values():
             pool.fail_waiters(self.unreachable())
-        if not self._closed and (self._fencer is None or self._fencer.done()):
-            self._fencer = self.spawn(self._fence_loop())
 
     def note_grace(self, grace_ms: int) -> None:
         loop = asyncio.get_running_loop()
@@ -374,9 +437,11 @@ class Registry:
                     pass
 
     async def _fence_loop(self) -> None:
-        """While Redis is unreachable, stop each request just before its lease could expire."""
+        """Stop each request just before its lease could expire unrenewed. Always on: a renewal
+        Redis has not answered yet (late, or gone) is no renewal. While Redis answers, every
+        lease is renewed every lease_s / 3, so no deadline is ever near and this only looks."""
         loop = asyncio.get_running_loop()
-        while not self.ok and not self._closed:
+        while not self._closed:
             now = loop.time()
             soonest = now + 1.0
             for pool in list(self.pools.values()):
@@ -385,7 +450,7 @@ class Registry:
                         continue
                     deadline = lease.valid_from + self.lease_s - self.margin
                     if now >= deadline:
-                        pool.fence(lease, "Redis stayed unreachable for longer than the slot lease "
+                        pool.fence(lease, "Redis did not answer for longer than the slot lease "
                                           f"(cluster.lease_s = {self.lease_s:g} s)")
                     else:
                         soonest = min(soonest, deadline)
@@ -505,7 +570,9 @@ class RedisSlotPool(QueueFront):
             raise self.reg.unreachable()
         q = self.queue
         if q.queued == 0 and q.open():
-            lease = await self._take(holder)
+            # a late Redis is waited for within this request's queue timeout (module docstring);
+            # a timeout of 0 means "do not queue", not "do not ask Redis"
+            lease = await self._take(holder, within=max(q.timeout_s, self.reg.op_timeout))
             if lease is not None:
                 q.changed()
                 return lease
@@ -552,14 +619,15 @@ class RedisSlotPool(QueueFront):
             member = f"{member}-{next(self._seq)}"
         return member
 
-    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None) -> SharedLease | None:
+    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None,
+                    within: float | None = None) -> SharedLease | None:
         """One try in Redis -> the lease now held, or None when full (or the waiter left)."""
         member = self._member(holder)
         lease = self._held[member] = SharedLease(holder, member, asyncio.get_running_loop().time())
         try:
-            taken, n = await self.reg.take(self, member)
+            taken, n = await self.reg.take(self, member, within)
         except BaseException:
-            self._drop(member)  # the script may have run before the failure: give it back
+            self._drop(member)  # the script may have run before the failure, or run yet: give it back
             raise
         self.in_use = n
         if not taken:

@@ -15,9 +15,9 @@ completions on a model is the newest; then each replica cancels what it holds th
   clock has not moved on (`INCR` on a key with a TTL would do too, until the key expires or Redis
   restarts empty: a counter starting again at 1 would make the newest request look the oldest).
   The key is a digest of the pair, so client names never sit in Redis.
-- Telling. The same script publishes `<number> <key digest> <replica>` on one channel, to which
-  every replica subscribes. A replica holding a request for that key with a smaller number
-  cancels it through the request's own cancellation path (supersede.py), whatever its phase.
+- Telling. The same script publishes `<number> <key digest> <token> <replica>` on one channel,
+  to which every replica subscribes. A replica holding a request for that key with a smaller
+  number cancels it through the request's own cancellation path (supersede.py), whatever its phase.
   The sender hears its own message too: a registration whose request ended while on its way to
   Redis is then still the newest, and cancels an older one on its own replica as well.
 - Deciding locally (`Book`, pure). A replica keeps, per key, its newest request and its number.
@@ -27,11 +27,18 @@ completions on a model is the newest; then each replica cancels what it holds th
   number heard from elsewhere while a registration of the same key is on its way to Redis is
   remembered until it is back (the pub/sub message and the script's answer travel on different
   connections, in either order).
-- Degrading. Without Redis (unreachable, a call failing or taking longer than the cluster's call
-  bound) a request gets no number and the rule is the one-process one: it cancels the older one
-  held on this replica. It is said once in the log when that starts and once when Redis answers
-  again, and a request is never refused for it. A request without a number is older than any
-  number heard later, so after an outage the first numbered registration elsewhere cancels it.
+- Late is not gone (redis_leases.py). A registration waits for Redis's answer as long as any
+  cluster call does (until Redis counts as gone, half a lease), not a fraction of it.
+- Degrading. Without Redis (unreachable, or no answer until it counts as gone) a request gets no
+  number and the rule is the one-process one: it cancels the older one held on this replica. It
+  is said once in the log when that starts and once when Redis answers again, and a request is
+  never refused for it. A request without a number is older than any number heard later, so
+  after an outage the first numbered registration elsewhere cancels it.
+- A registration given up on may still run: the script was sent, and a Redis that was only
+  paused runs it when it resumes, publishing a number. Each registration carries a token; the
+  number of one this replica gave up on cancels nothing here (the local order was applied when
+  the request was placed without a number) and is adopted by its request if that is still the
+  newest here (`Book.late`). Elsewhere it is a number like any, in Redis's order.
 - Limits. Pub/sub delivers at most once: a message lost (a subscription being re-made) leaves
   the older completion running to its end, as before this module, never a wrong cancel. The
   numbers follow one Redis server's clock: a failover to a Redis whose clock is behind by more
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -59,8 +67,9 @@ CHANNEL = "hlf:supersede"
 KEY_PREFIX = "hlf:sup:"
 KEY_TTL_MS = 3_600_000  # a key only breaks ties within one microsecond and clock steps back
 RECONNECT_S = 0.25  # how often a broken subscription is made again
+GIVEN_UP_KEPT = 1024  # registrations given up on, remembered until their number arrives (if ever)
 
-# KEYS[1] the pair's key; ARGV: ttl ms, channel, "<digest> <replica>" -> the number, as a string
+# KEYS[1] the pair's key; ARGV: ttl ms, channel, "<digest> <token> <replica>" -> the number, as a string
 # (Lua numbers are doubles: microseconds since 1970 stay exact below 2^53, until the year 2255)
 REGISTER = """
 local t = redis.call('TIME')
@@ -136,6 +145,14 @@ class Book:
         del self._latest[key]
         return [cur.handle]
 
+    def late(self, key: Hashable, handle: Cancellable, seq: int) -> None:
+        """`seq` is the number of `handle`'s own registration, which was placed without one
+        (given up on) and ran in Redis after all: `handle` takes it if it is still the newest
+        here. Nothing here is cancelled for it: this replica's order was applied at `place`."""
+        cur = self._latest.get(key)
+        if cur is not None and cur.handle is handle and cur.seq is None:
+            cur.seq = seq
+
     def done(self, key: Hashable, handle: Cancellable) -> None:
         cur = self._latest.get(key)
         if cur is not None and cur.handle is handle:
@@ -166,6 +183,8 @@ class SharedSupersede:
         self._listener: asyncio.Task | None = None
         self._local_only = False  # Redis failed us: said once, until it answers again
         self._closed = False
+        self._tokens = itertools.count()
+        self._given_up: dict[str, tuple[str, Cancellable]] = {}  # token -> (key, its request)
 
     def __len__(self) -> int:
         return len(self.book)
@@ -198,7 +217,7 @@ class SharedSupersede:
         key = key_of(client, model)
         self.book.expect(key)
         try:
-            seq = await self._number(key)
+            seq = await self._number(key, handle)
         except BaseException:
             self.book.abandon(key)
             raise
@@ -212,16 +231,22 @@ class SharedSupersede:
         finally:
             self.book.done(key, handle)
 
-    async def _number(self, key: str) -> int | None:
-        """The registration's number from Redis (published to the others), or None: local only."""
+    async def _number(self, key: str, handle: Cancellable) -> int | None:
+        """The registration's number from Redis (published to the others), or None: local only.
+        A late answer is waited for until Redis counts as gone (the registry's `gone_s`)."""
         if not self.reg.ok:
             self._degraded("the cluster's Redis is unreachable")
             return None
+        token = str(next(self._tokens))
         try:
-            async with asyncio.timeout(self.reg.op_timeout):
+            async with asyncio.timeout(self.reg.gone_s):
                 seq = int(await kept_cancel(self._register(
-                    keys=[KEY_PREFIX + key], args=[KEY_TTL_MS, CHANNEL, f"{key} {self.reg.replica}"])))
+                    keys=[KEY_PREFIX + key],
+                    args=[KEY_TTL_MS, CHANNEL, f"{key} {token} {self.reg.replica}"])))
         except Exception as err:  # noqa: BLE001 - whatever it is, the completion is still served
+            self._given_up[token] = (key, handle)  # the script may run yet (module docstring)
+            if len(self._given_up) > GIVEN_UP_KEPT:
+                del self._given_up[next(iter(self._given_up))]
             self._degraded(f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
             return None
         if self._local_only:
@@ -238,12 +263,18 @@ class SharedSupersede:
     # -- the others' registrations ------------------------------------------------------------
 
     def heard(self, data: str) -> None:
-        """A message on CHANNEL: `<number> <key digest> <replica>`."""
+        """A message on CHANNEL: `<number> <key digest> <token> <replica>`."""
         try:
-            seq_s, key, replica = data.split(" ", 2)
+            seq_s, key, rest = data.split(" ", 2)
             seq = int(seq_s)
         except ValueError:
             return
+        token, _, replica = rest.partition(" ")
+        if replica == self.reg.replica and token in self._given_up:
+            mine_key, handle = self._given_up.pop(token)
+            if mine_key == key:
+                self.book.late(key, handle, seq)
+                return
         for stale in self.book.heard(key, seq):
             if stale.cancel("superseded", MESSAGE):
                 self.superseded += 1

@@ -18,6 +18,12 @@ lease_s / 3 while the leader lives. One lock for the whole fleet rather than one
   and another replica takes the lock and starts from every backend stopped. A
   leader that cannot renew (Redis gone, a partition) stops its servers as soon as its lease may
   have run out, so that a new leader never runs a second copy beside them for long.
+- Late is not gone (admission/redis_leases.py). A Redis call waits for a late answer up to the
+  client's bound (half a lease), except that a leader's round never runs past the moment it must
+  give up its lease (`GIVE_UP`, counted from its last renewal's sending): that is the fencing, and
+  it does not wait for a call to fail. A `SET NX` the replica gave up on may still land: the
+  lock then names this replica, and it claims it (renewing it first, so it knows from when the
+  lease runs) instead of leaving the backends without a leader for a lease.
 Limits: a follower's slot on a backend is counted by the shared slot pool (`in_use` there is
 the cluster-wide count as last seen), so the leader may see a follower's brand-new request up to
 POLL_S late when it decides to stop an idle backend; the follower's request then fails as a
@@ -40,6 +46,7 @@ WANT_KEY = "hlf:lc:want"
 POLL_S = 0.25
 WANT_STALE_S = 2.0
 LOG_EVERY_S = 30.0  # a Redis failure that goes on is said again this often
+GIVE_UP = 0.8  # a leader unable to renew for this share of its lease stops its servers
 
 RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -107,18 +114,28 @@ class Coordinator:
             try:
                 now = time.monotonic()
                 if now >= next_renew:
-                    await self._lead(fleet)
+                    async with asyncio.timeout_at(self._round_deadline()):
+                        await self._lead(fleet)
                     next_renew = now + self.lease_s / 3
-                await self._exchange(fleet)
+                async with asyncio.timeout_at(self._round_deadline()):
+                    await self._exchange(fleet)
                 self._recovered()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis unreachable, or an answer we did not expect
                 self._failed(exc)
                 if self.leader and (self._renewed_at is None
-                                    or time.monotonic() - self._renewed_at > self.lease_s * 0.8):
-                    self._lose(fleet, f"cannot renew the lease ({exc})")
+                                    or time.monotonic() - self._renewed_at >= self.lease_s * GIVE_UP):
+                    self._lose(fleet, f"cannot renew the lease ({type(exc).__name__}: {exc})")
             await asyncio.sleep(POLL_S)
+
+    def _round_deadline(self) -> float | None:
+        """Loop time by which a round must end: a leader's when it must give up its lease (a late
+        Redis is waited for until then, no longer); a follower's calls are bounded by the client."""
+        if not self.leader or self._renewed_at is None:
+            return None
+        left = self._renewed_at + self.lease_s * GIVE_UP - time.monotonic()
+        return asyncio.get_running_loop().time() + left
 
     async def _lead(self, fleet: Any) -> None:
         sent = time.monotonic()
@@ -128,12 +145,18 @@ class Coordinator:
                 return
             self._lose(fleet, "another replica holds the lease")
             return
-        if await self.client.set(LEADER_KEY, self.replica, nx=True, px=self.lease_ms):
+        took = await self.client.set(LEADER_KEY, self.replica, nx=True, px=self.lease_ms)
+        if not took:
+            self.leader_id = await self.client.get(LEADER_KEY)
+            if self.leader_id == self.replica:
+                # our own SET of an earlier round, answered after we stopped waiting: it is ours,
+                # from a moment we do not know; a renewal sent now dates it
+                sent = time.monotonic()
+                took = await self._renew(keys=[LEADER_KEY], args=[self.replica, self.lease_ms])
+        if took:
             self.leader, self._renewed_at, self.leader_id = True, sent, self.replica
             log.warning("lifecycle: replica %r now runs the managed backends", self.replica)
             fleet.became_leader()
-        else:
-            self.leader_id = await self.client.get(LEADER_KEY)
 
     def _lose(self, fleet: Any, why: str) -> None:
         self.leader = False

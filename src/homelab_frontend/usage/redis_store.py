@@ -12,7 +12,9 @@ the counters are read (MGET) when that key's next request is admitted: another r
 request counts at once. What this replica has sent but Redis has not yet acknowledged is added on
 top, so it is never counted late. Keys without a budget are counted with the next flush (a budget
 added by a reload then starts from the right figure). Redis unreachable at admission: a 503, not
-a waived budget.
+a waived budget. A Redis that answers late is waited for, as by every user of the cluster's
+client: its socket bound is the time after which Redis counts as gone (half a lease,
+admission/redis_leases.py), so a pause of a second or two delays a budget check, never fails it.
 """
 
 from __future__ import annotations

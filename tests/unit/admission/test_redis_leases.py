@@ -4,6 +4,10 @@ registries (two replicas) share one backend's slots; what one holds the other ca
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -284,3 +288,95 @@ def test_a_request_cancelled_during_its_redis_calls_stops(redis_url):
         return lost
 
     assert asyncio.run(main()) == 0
+
+
+# -- late is not gone -----------------------------------------------------------------------------
+
+
+def test_redis_counts_as_gone_after_half_a_lease_and_a_quick_call_never_waits_longer():
+    from homelab_frontend.admission.redis_leases import QUICK_MIN_S, gone_after, quick_bound
+
+    assert gone_after(10) == 5 and gone_after(8) == 4 and gone_after(4) == 2
+    assert quick_bound(10) == 1 and quick_bound(2) == 0.5
+    assert gone_after(0.1) == quick_bound(0.1) == QUICK_MIN_S
+    for lease_s in (0.1, 0.5, 1, 2, 3, 4, 8, 10, 30, 600):
+        assert QUICK_MIN_S <= quick_bound(lease_s) <= gone_after(lease_s)
+    for lease_s in (1, 2, 4, 10, 600):
+        # a lease renewed just before the silence (every lease_s / 3) outlives the wait for Redis
+        # by more than the fencing margin (min(0.5, lease_s / 10)): the stop still lands in time
+        assert lease_s / 3 + gone_after(lease_s) < lease_s - min(0.5, lease_s / 10)
+
+
+@contextmanager
+def _paused(server: RedisServer, for_s: float):
+    """redis-server stopped for `for_s` from now (resumed by a timer, and in any case on exit)."""
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    timer = threading.Timer(for_s, os.kill, (server.proc.pid, signal.SIGCONT))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        os.kill(server.proc.pid, signal.SIGCONT)
+
+
+def test_a_late_redis_is_waited_for_and_a_silent_one_is_gone():
+    async def main(server: RedisServer):
+        (reg,) = await _replicas(server.url, 1, lease_s=2.0)  # gone after 1 s of silence
+        pool = reg.pool("late-1", 2, 4, 10)
+        try:
+            await _past_grace(pool)
+            with _paused(server, 0.5):
+                lease = await pool.acquire()  # answered late: taken, Redis still up
+            assert reg.ok and reg.last_error is None
+            pool.release(lease)
+            with _paused(server, 3.0):
+                with pytest.raises(GatewayError) as e:
+                    await pool.acquire()
+                assert e.value.kind == "overloaded" and "Redis" in e.value.message
+                assert not reg.ok and reg.last_error == "no answer for 1 s"
+            for _ in range(500):
+                if reg.ok:
+                    break
+                await asyncio.sleep(0.01)
+            assert reg.ok
+            pool.release(await pool.acquire())
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))
+
+
+def _zadds(server: RedisServer) -> int:
+    """ZADDs Redis has run (scripts' too): one per slot taken, here where nothing is renewed."""
+    return server.client().info("commandstats").get("cmdstat_zadd", {}).get("calls", 0)
+
+
+def test_a_take_abandoned_in_a_paused_redis_leaves_no_lease_once_it_resumes():
+    async def main(server: RedisServer):
+        (reg,) = await _replicas(server.url, 1, lease_s=4.0)  # gone after 2 s
+        pool = reg.pool("ghost-1", 2, 4, 1.2)  # the request waits its queue timeout, 1.2 s
+        try:
+            await _past_grace(pool)
+            pool.release(await pool.acquire())  # a pooled connection: the script is sent at once
+            await asyncio.sleep(0.05)
+            zadds = _zadds(server)
+            with _paused(server, 1.6):
+                with pytest.raises(GatewayError) as e:
+                    await pool.acquire()
+                assert "did not answer within 1.2 s" in e.value.message
+                assert reg.ok  # the request's own budget ran out, not Redis's
+            # the take runs when Redis resumes, and the release sent after it runs after it
+            for _ in range(800):
+                if _zadds(server) > zadds and not RedisServer_members(server.url, "ghost-1"):
+                    break
+                await asyncio.sleep(0.01)
+            assert _zadds(server) == zadds + 1  # the abandoned take did run
+            assert RedisServer_members(server.url, "ghost-1") == []
+            assert reg.ok and pool.held == 0
+        finally:
+            await reg.close()
+
+    with RedisServer() as server:
+        asyncio.run(main(server))

@@ -95,6 +95,31 @@ def test_an_ended_request_is_forgotten():
     assert b.place("k", Handle(), 3) == []
 
 
+def test_a_number_given_up_on_that_arrives_later_is_adopted_and_cancels_nothing_here():
+    b = Book()
+    old, mine = Handle("old"), Handle("mine")
+    b.expect("k")
+    assert b.place("k", old, 5) == []
+    b.expect("k")
+    assert b.place("k", mine, None) == [old]  # given up on: the one-process rule
+    b.late("k", mine, 9)  # its own number, after all
+    assert b.heard("k", 7) == []  # older than its number now: it stays
+    assert b.heard("k", 10) == [mine]  # newer: cancelled as any
+
+
+def test_a_late_number_of_a_request_no_longer_the_newest_here_changes_nothing():
+    b = Book()
+    gave_up, newer = Handle("gave-up"), Handle("newer")
+    b.expect("k")
+    b.place("k", gave_up, None)
+    b.expect("k")
+    assert b.place("k", newer, 20) == [gave_up]
+    b.late("k", gave_up, 30)  # Redis ran the abandoned one after the newer one: a ghost here
+    assert newer.cancels == []
+    assert b.heard("k", 15) == []
+    assert b.heard("k", 21) == [newer]  # it kept its own number, 20, not the ghost's 30
+
+
 # A cluster: each step is one thing happening. "start" runs a registration's script in Redis
 # (the number is the order of the scripts); its answer and its message to every replica (its
 # own too) are then in flight, and arrive in any order, except that one subscriber's messages keep theirs.
@@ -268,6 +293,50 @@ def test_without_redis_a_completion_goes_on_with_the_local_rule_and_it_is_said_o
         finally:
             await shared.close()
             await reg.close()
+
+    with RedisServer() as r:
+        asyncio.run(main(r))
+
+
+@needs_redis
+def test_a_registration_given_up_on_in_a_paused_redis_does_not_cancel_its_own_request():
+    """Redis paused past the registration's bound: the completion goes on without a number; the
+    script runs when Redis resumes and publishes a number from this replica, which used to
+    cancel the request it was for. No slot maintainer runs here (`ok` set by hand): its
+    reconnect would break the subscription, and the message must reach this replica."""
+    import os
+    import signal
+
+    from homelab_frontend.admission.redis_leases import Registry
+    from homelab_frontend.admission.redis_supersede import KEY_PREFIX
+
+    async def main(r: RedisServer):
+        reg = Registry(cfgmod.Cluster(redis_url=r.url, lease_s=2.0, replica_id="sup-paused"))
+        reg.ok = True
+        shared = SharedSupersede(reg)
+        await shared.start()
+        mine, running = Task("mine"), asyncio.Event()
+        # a pooled connection, as in a gateway that has served completions: a new one would
+        # wait for its handshake and never send the script to the paused Redis
+        assert await shared._number(key_of("warm", "up"), Task("warm")) is not None
+        os.kill(r.proc.pid, signal.SIGSTOP)
+        try:
+            held = asyncio.create_task(_hold(shared, "alice", "coder", mine, running))
+            await asyncio.wait_for(running.wait(), 5)  # after gone_s (1 s): without a number
+            assert shared._given_up
+        finally:
+            os.kill(r.proc.pid, signal.SIGCONT)
+        for _ in range(500):  # its number arrives (the script ran after all) and is heard here
+            if not shared._given_up or mine.cancels:
+                break
+            await asyncio.sleep(0.01)
+        assert r.client().get(KEY_PREFIX + key_of("alice", "coder"))
+        assert mine.cancels == [] and not held.done()
+        assert not shared._given_up  # adopted as its own number
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
+        await shared.close()
+        await reg.close()
 
     with RedisServer() as r:
         asyncio.run(main(r))
