@@ -42,7 +42,7 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
     max_body_bytes: int = 16 * 1024 * 1024  # a whole non-streaming answer (or error, probe) body
 
 
-BackendKind = Literal["vllm", "ollama", "llamacpp", "openai"]
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "peer"]
 
 
 class Run(msgspec.Struct, forbid_unknown_fields=True):
@@ -79,6 +79,23 @@ class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
     swap_after_s: float = 20.0
 
 
+# -- several boxes (docs/several-boxes.md): a peer is another homelab-frontend used as a backend --
+
+
+class Peer(msgspec.Struct, forbid_unknown_fields=True):
+    """A backend of `kind: peer`: another box's gateway, its url that gateway's `/llm/v1`, its
+    `api_key_env` a key of that gateway's (marked `peer: true` there). Its models, their state
+    and its slots come from the peer's own `/llm/v1/models`, polled every `health_interval_s`."""
+
+    # the peer's models served here under their own names (names or globs); None: all of them.
+    # A model in `models:` that names this backend is served whatever this says.
+    models: list[str] | None = None
+    # loaded first: a model two boxes serve goes where it is loaded while that box has a free
+    # slot; to a box where it must start only when the wait where it is loaded is longer than the
+    # start there (the peer's own figure: its last start, else its start timeout) plus this.
+    start_penalty_s: float = 0.0
+
+
 class Backend(msgspec.Struct, forbid_unknown_fields=True):
     url: str  # OpenAI-compatible base URL, ending in /v1
     slots: int = 8
@@ -93,6 +110,7 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     health_interval_s: float = 10.0
     run: Run | None = None  # the gateway runs this backend's server (a managed backend)
+    peer: Peer = msgspec.field(default_factory=Peer)  # kind peer: which of its models, loaded-first
 
     @property
     def reports_stop_reason(self) -> bool:
@@ -190,6 +208,9 @@ class AuthKey(msgspec.Struct, forbid_unknown_fields=True):
     priority: int = 0  # higher goes first in a queue
     models: list[str] | None = None  # allowed client model names / globs; None: all
     budget: Budget | None = None
+    # A front gateway's key (docs/several-boxes.md): requests with it may name the person the
+    # front admitted (x-hlf-on-behalf-of), who is then the one counted, and the backend it holds.
+    peer: bool = False
 
 
 class Auth(msgspec.Struct, forbid_unknown_fields=True):
@@ -420,6 +441,10 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
                 problems.append(f"{p}.limits.{field}: must be at least 1024, got {getattr(b.limits, field)}")
         if b.run is not None:
             problems += _check_run(cfg, p, b)
+        if b.kind == "peer" and b.run is not None:
+            problems.append(f"{p}.run: a peer runs its own servers (leave run out, or the kind)")
+        if b.peer.start_penalty_s < 0:
+            problems.append(f"{p}.peer.start_penalty_s: must be 0 or more")
     for rname, amount in cfg.resources.items():
         if amount < 0:
             problems.append(f"resources.{rname}: must be 0 or more, got {amount:g}")
@@ -447,8 +472,9 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
     dm = cfg.completions.default_model
     if dm is not None and dm not in cfg.models and dm not in cfg.aliases:
         problems.append(f"completions.default_model: no model named {dm!r}")
+    peers = any(b.kind == "peer" for b in cfg.backends.values())
     for pattern, target in cfg.aliases.items():
-        if target not in cfg.models:
+        if target not in cfg.models and not peers:  # with peers: maybe one of theirs, known later
             problems.append(f"aliases.{pattern}: no model named {target!r}")
         if pattern in cfg.models:
             problems.append(f"aliases.{pattern}: shadows the model of the same name")

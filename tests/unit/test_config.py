@@ -218,3 +218,23 @@ models:
     assert "gpu0             24  (used by: coder 18, chat 12, tiny 4)" in out.stdout
     assert "coder + chat (gpu0: 30 > 24)" in out.stdout
     assert "coder + tiny" not in out.stdout and "idle_ttl 600s" in out.stdout
+
+
+def test_a_front_with_peers_and_no_models_is_valid():
+    cfg = cfgmod.parse({"backends": {"box1": {"url": "http://10.0.0.2:8080/llm/v1", "kind": "peer",
+                                              "api_key_env": "BOX1_KEY", "peer": {"models": ["qwen*"]}}},
+                        "aliases": {"claude-*": "qwen3-8b"},  # a peer's model: known only at run time
+                        "auth": {"keys": [{"name": "front", "key": "k", "peer": True}]}})
+    assert cfg.models == {} and cfg.backends["box1"].peer.models == ["qwen*"]
+    assert cfg.auth.keys[0].peer is True
+
+
+def test_peer_problems_name_their_keys():
+    with pytest.raises(cfgmod.ConfigError) as err:
+        cfgmod.parse({"backends": {"box1": {"url": "http://h/llm/v1", "kind": "peer", "run": {"cmd": "x"},
+                                            "peer": {"start_penalty_s": -1}}}})
+    assert "backends.box1.run: a peer runs its own servers" in str(err.value)
+    assert "backends.box1.peer.start_penalty_s: must be 0 or more" in str(err.value)
+    with pytest.raises(cfgmod.ConfigError) as err:  # without a peer an alias must name a model
+        cfgmod.parse({"backends": {"a": {"url": "http://h/v1"}}, "aliases": {"x": "nope"}})
+    assert "aliases.x: no model named 'nope'" in str(err.value)

@@ -23,8 +23,9 @@ from ..upstream.client import UpstreamClient
 log = logging.getLogger("homelab_frontend")
 
 
-async def probe(state: BackendState, client: UpstreamClient) -> None:
-    """Mark the backend up or down, and learn its models' context lengths on the way."""
+async def probe(state: BackendState, client: UpstreamClient) -> object:
+    """Mark the backend up or down, and learn its models' context lengths on the way. -> the
+    models list it answered (a peer's says more: app/peers.py), None when it is down."""
     try:
         doc = await client.get_json("/models", timeout_s=min(5.0, state.cfg.health_interval_s))
         if state.auto_kind:
@@ -35,10 +36,12 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
         if not state.up:
             log.warning("backend %s is up again", state.name)
         state.up, state.last_error = True, None
+        return doc
     except GatewayError as err:
         if state.up:
             log.warning("backend %s is down: %s", state.name, err.message)
         state.up, state.last_error = False, err.message
+        return None
 
 
 def context_lengths(doc: object) -> dict[str, int]:

@@ -52,6 +52,7 @@ class BackendCard:
     slots: int
     in_use: int
     queued: int
+    load_eta_s: float | None = None  # a managed backend: how long a start takes (its last one)
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,16 @@ def merge_capabilities(told: list[tuple[str, ...]], configured: list[str] | None
 
 
 def _backend_card(gw: Gateway, b: BackendState, upstream_model: str) -> BackendCard:
-    managed = None
+    managed, eta = None, None
     if gw.fleet.managed(b.name):
         unit = gw.fleet.units.get(b.name)
         managed = unit.state.value if unit is not None else None
+        eta = round(gw.fleet.load_eta_s(b.name), 3)
     state = backend_state(managed, b.up)
-    peer = getattr(b, "peer_models", None)
-    if peer is not None and state == "loaded":  # a peer box tells its model's own state
-        state = peer.get(upstream_model, {}).get("state", "down")
-    return BackendCard(b.name, b.cfg.kind, state, b.pool.slots, b.pool.in_use, b.pool.queued)
+    if b.peer is not None and state == "loaded":  # a peer box tells its model's own state
+        pb = b.peer.for_model(upstream_model)
+        state, eta = (pb.state, pb.load_eta_s) if pb is not None else ("down", None)
+    return BackendCard(b.name, b.cfg.kind, state, b.pool.slots, b.pool.in_use, b.pool.queued, eta)
 
 
 async def backend_facts(gw: Gateway, route: Route, timeout_s: float = 5.0) -> list[Facts]:
@@ -126,9 +128,14 @@ async def backend_facts(gw: Gateway, route: Route, timeout_s: float = 5.0) -> li
             _facts[key] = cached = (time.monotonic() + FACTS_TTL_S, got)
         return cached[1]
 
+    told = []
+    for b in route.backends:  # a peer box's own card, as its last poll read it
+        pm = b.peer.models.get(route.upstream_model) if b.peer is not None and b.up else None
+        if pm is not None and pm.capabilities:
+            told.append(Facts(pm.capabilities, context_length=pm.context_length))
     asking = [b for b in route.backends if b.up and can_tell(b.cfg.kind) and b.name in gw.clients]
     got = await asyncio.gather(*(one(b) for b in asking))
-    return [f for f in got if f is not None]
+    return told + [f for f in got if f is not None]
 
 
 async def card(gw: Gateway, name: str, route: Route, timeout_s: float = 5.0) -> Card:

@@ -55,6 +55,8 @@ def openai_entry(card: Card, created: int) -> dict:
         "in_use": sum(b.in_use for b in card.backends),
         "queued": sum(b.queued for b in card.backends),
         "backends": [{"name": b.name, "kind": b.kind, "state": b.state, "slots": b.slots,
-                      "in_use": b.in_use, "queued": b.queued} for b in card.backends],
+                      "in_use": b.in_use, "queued": b.queued,
+                      **({"load_eta_s": b.load_eta_s} if b.load_eta_s is not None else {})}
+                     for b in card.backends],
     }
     return entry
