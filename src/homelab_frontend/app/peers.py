@@ -5,7 +5,8 @@ their state and its own backends with their slots (upstream/peer.py). From that 
 gateway keeps one backend per backend of the peer's, named `<peer>/<its backend>` (`box1/gpu0`),
 with the peer's slots as its slots: a request for a peer's model waits in this gateway's queue for
 one of those, so the peer is never sent more than that backend of its can run, and nothing waits
-twice (the peer is told which of its backends the slot is of, and takes it: no choice of its own).
+twice (the peer is told which of its backends the slot is of, with every request of that backend's
+client here, `x-hlf-peer-backend`, and takes it: no choice of its own).
 Those backends appear, resize and go as the peer's report does, without a restart; the router is
 remade when the set of the peer's models or backends changes.
 
@@ -23,6 +24,7 @@ import msgspec
 
 from .. import config as cfgmod
 from ..admission.slots import SlotPool
+from ..policy.auth import BACKEND_HEADER
 from ..policy.routing import BackendState, PeerLink
 from ..upstream.client import UpstreamClient
 from ..upstream.peer import PeerModel, parse_models
@@ -60,7 +62,7 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
         if child is None:
             pool = SlotPool(name, slots[bname], cfg.queue.depth, cfg.queue.timeout_s)
             child = backends[name] = BackendState(name, child_cfg, pool, peer=PeerLink(peer.name, bname))
-            clients[name] = UpstreamClient(name, cfg)
+            clients[name] = UpstreamClient(name, cfg, {BACKEND_HEADER: bname})  # its requests: this backend
             log.info("peer %s: backend %s (%d slots)", peer.name, name, slots[bname])
             changed = True
         else:

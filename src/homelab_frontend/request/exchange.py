@@ -48,7 +48,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import GatewayError
-from ..policy.auth import ANONYMOUS, BACKEND_HEADER, PERSON_HEADER, Principal
+from ..policy.auth import ANONYMOUS, PERSON_HEADER, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from ..upstream.client import UpstreamClient, UpstreamFailure
@@ -115,14 +115,12 @@ class Exchange:
         return next((b for b in self.route.backends if b.name == pin and b.up), None)
 
     def _peer_headers(self) -> dict[str, str] | None:
-        """To a peer box: its backend the front holds a slot of, and whom the request is for."""
+        """To a peer box: whom the request is for (which backend of the peer's the slot is of
+        goes with every request of that backend's client: app/peers.py)."""
         link = self.backend.peer if self.backend is not None else None
-        if link is None:
+        if link is None or not self.principal.name:
             return None
-        h = {BACKEND_HEADER: link.backend} if link.backend else {}
-        if self.principal.name:
-            h[PERSON_HEADER] = self.principal.name
-        return h
+        return {PERSON_HEADER: self.principal.name}
 
     async def _take(self, backend: BackendState) -> None:
         """A slot on `backend`, through its fair queue."""
