@@ -118,6 +118,15 @@ def test_both_ledgers_count_the_person(front, box1):
     assert len(on_box) == len(on_front) == 1  # once on each box: never under the front's key
     assert not any(e.get("key") == "front" and e.get("model") == "r1" for e in box1.access_log())
 
+    def ledger(gw):
+        status, doc = gw.get("/admin/usage?key=bob", ADMIN)
+        assert status == 200, doc
+        return sum(r["requests"] for r in doc["rows"]), sum(r["output_tokens"] for r in doc["rows"])
+    wait_for(lambda: ledger(box1)[0] == 1 and ledger(front)[0] == 1, 10, 0.05)  # the ledgers: bob, once each
+    assert ledger(box1)[1] == ledger(front)[1] > 0  # the same tokens on both
+    status, doc = box1.get("/admin/usage?key=front", ADMIN)
+    assert status == 200 and not doc["rows"]  # the front's key never counted for a person's request
+
 
 def test_the_person_header_is_believed_only_from_a_peer_key(box1, stub1):
     status, _, _ = post_raw(box1.base + "/chat/completions",
