@@ -166,3 +166,15 @@ def test_a_client_leaving_the_front_cancels_at_the_boxs_stub_at_once(front, stub
     took = time.monotonic() - left
     assert took < 2.0, took  # one hop more: still the next token's time, not the generation's
     wait_for(lambda: stub.stats()["in_flight"] == 0, 5)
+
+
+def test_prompt_counts_are_the_boxs_tokenizers(front, box, stub):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "count these few words please"}]}
+    status, direct = box.post("/llm/v1/messages/count_tokens", body, H)
+    assert status == 200
+    stub.reset()
+    status, hopped = front.post("/llm/v1/messages/count_tokens", body)
+    assert status == 200 and hopped == direct
+    assert any(r.get("path", "").endswith("/tokenize") for r in box.access_log())  # asked of the box, not estimated
+    status, doc = box.post("/llm/v1/tokenize", {"model": MODEL}, H)
+    assert status == 400 and "messages" in doc["error"]["message"]
