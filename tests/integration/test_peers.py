@@ -148,3 +148,19 @@ def test_a_model_added_or_removed_on_the_box_comes_and_goes_at_the_front(front, 
     wait_for(lambda: "r1-copy" not in models(front), 15, 0.05)
     status, _, raw = chat(front, "r1-copy")
     assert status == 404 and "r1-copy" in raw.decode()
+
+
+def test_the_boxes_backends_show_in_the_fronts_admin_metrics_and_ollama_lists(front):
+    status, doc = front.get("/admin/backends", ADMIN)
+    assert status == 200
+    view = {b["name"]: b for b in doc["backends"]}
+    assert view["box1/gpu0"]["slots"] == 2 and view["box1"]["kind"] == "peer"
+    status, text = front.get("/metrics", ADMIN)
+    assert status == 200 and 'backend="box1/gpu0"' in text
+    status, tags = front.get("/api/tags", {"Authorization": f"Bearer {ALICE}"})
+    r1 = {m["name"]: m for m in tags["models"]}["r1:latest"]
+    assert r1["capabilities"] == ["completion", "tools", "thinking"] and r1["state"] == "loaded"
+    status, show = front.post("/api/show", {"model": "r1"}, {"Authorization": f"Bearer {ALICE}"})
+    assert status == 200 and "thinking" in show["capabilities"] and show["model_info"]["unknown.context_length"] == 4096
+    status, ps = front.get("/api/ps", {"Authorization": f"Bearer {ALICE}"})
+    assert [m["name"] for m in ps["models"]] == ["r1:latest"]  # loaded on a box
