@@ -70,12 +70,15 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
             if child.pool.slots != slots[bname]:
                 child.pool.resize(slots[bname], cfg.queue.depth, cfg.queue.timeout_s)
         assert child.peer is not None
+        if set(child.peer.models) != {m.name for m in served}:
+            changed = True  # a model moved between the peer's backends: its route changes
         child.peer.models = {m.name: m for m in served}
         states = [b.state for m in served for b in m.backends if b.name == bname]
         child.up = any(s not in ("down", "failed") for s in states)
         child.last_error = None if child.up else f"peer {peer.name!r} reports its backend {bname!r} {states[0]}"
         child.model_lens = {m.name: m.context_length for m in served if m.context_length}
         child.pool.queue.set_loading(child.loading)
+        child.passive.probed(child.up)
     for name, child in list(backends.items()):
         link = child.peer
         if link is None or link.parent != peer.name or not link.backend or link.backend in reported:

@@ -128,3 +128,11 @@ def test_a_peer_down_takes_its_backends_with_it():
     backends["box1"].up, backends["box1"].last_error = False, "connection refused"
     peers.mark_down(backends["box1"], backends)
     assert not backends["box1/gpu0"].up and "box1" in backends["box1/gpu0"].last_error
+
+
+def test_a_model_moving_between_the_peers_backends_remakes_its_route():
+    cfg, backends, clients = _setup()
+    _apply(cfg, backends, clients, "box1", _entry("r1", _b("gpu0")), _entry("q", _b("gpu1")))
+    changed, gone = _apply(cfg, backends, clients, "box1", _entry("r1", _b("gpu1")), _entry("q", _b("gpu0")))
+    assert changed and not gone  # both backends stay; the models swapped places
+    assert [b.name for b in Router(cfg, backends).resolve("r1").backends] == ["box1/gpu1"]
