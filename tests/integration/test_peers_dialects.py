@@ -209,6 +209,4 @@ def test_a_stop_sequence_through_two_hops(front):
     message, alone = (assemble(check_stream(r, model=MODEL)) for r in (hopped, direct))
     assert message["stop_reason"] == "stop_sequence" and message["stop_sequence"] == "from"
     assert message["content"] == alone["content"]
-    # not exact: the box's server generated on past the stop string until the front's cut reached
-    # it, and usage counts what it generated (docs/several-boxes.md)
-    assert message["usage"]["output_tokens"] >= alone["usage"]["output_tokens"]
+    # (usage is not compared: the front counts what reached it before its cut, docs/several-boxes.md)

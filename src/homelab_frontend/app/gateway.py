@@ -271,8 +271,9 @@ class Gateway:
             self.usage.record(t)
         if t.trace is not None and self.tracing is not None:
             self.tracing.export(t, path)
-        if t.outcome == "error_upstream_unreachable" and t.backend is not None:
-            self._kick_probe(t.backend)
+        if t.backend is not None and (t.outcome == "error_upstream_unreachable" or (
+                (t.outcome or "").startswith("error_upstream") and self._peer_child(t.backend))):
+            self._kick_probe(t.backend)  # a peer box that failed one: its report read again at once
 
     def _kick_probe(self, name: str) -> None:
         """Probe now (once at a time): a failed connect marks the backend down only when the
