@@ -26,7 +26,7 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test test-fast deps bench install
+.PHONY: demo test test-fast deps bench install config-reference
 install: $(VENV)/.base
 
 # Each .ci/deps/*.sh installs one outside dependency of the tests (llama.cpp's server and a model,
@@ -52,6 +52,10 @@ FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOA
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
 	$(FAST_ENV) $(PYTEST) -q -n $(FAST_JOBS) --dist loadgroup -m 'not real' --durations=15 $(PYTEST_ARGS)
+
+# docs/configuration.md's key tables, regenerated from the config schema (src/homelab_frontend/config.py)
+config-reference: $(VENV)/.base
+	$(VENV)/bin/homelab-frontend config-reference --write docs/configuration.md
 
 bench: $(VENV)/.test
 	$(PY) -m bench.run $(BENCH_ARGS)

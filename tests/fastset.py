@@ -24,7 +24,8 @@ ENV = "HLF_TEST_FAST"
 # this one (vLLM's venv). A program that does not exist is let through to fail as it would.
 ROOT = Path(__file__).resolve().parents[1]
 CACHES = (Path.home() / ".cache" / "homelab-frontend", ROOT / ".cache")
-SLOW_NAMES = {"llama-server", "node", "npm", "npx", "chromium", "chromedriver", "claude", "codex", "gemini", "vllm"}
+SLOW_NAMES = {"llama-server", "node", "npm", "npx", "chromium", "chromedriver", "claude", "codex", "gemini", "vllm",
+              "nginx", "caddy"}
 
 
 _armed = False  # only while a test runs (setup, call, teardown): pytest and xdist start processes of their own

@@ -1,8 +1,9 @@
-"""homelab-frontend serve | demo | stub | check | usage"""
+"""homelab-frontend serve | check | usage | demo | stub | config-reference"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import config as cfgmod
@@ -19,10 +20,20 @@ def _load(path: str) -> cfgmod.Config | None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0: `serve` runs it. 1: `serve` runs it, but a warning says it is probably not what was
+    meant. 2: `serve` refuses it (the file, or an environment variable it names)."""
     cfg = _load(args.config)
     if cfg is None:
         return 2
-    print(f"config OK: listen {cfg.listen.host}:{cfg.listen.port}")
+    problems = cfgmod.environment_problems(cfg)  # the same question `serve` asks at start
+    if problems:
+        for p in problems:
+            print(p, file=sys.stderr)
+        return 2
+    warnings = cfgmod.warnings(cfg)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"config {'OK' if not warnings else 'usable, with warnings'}: listen {cfg.listen.host}:{cfg.listen.port}")
     print("backends:")
     for name, b in cfg.backends.items():
         print(f"  {name:<16} {b.kind or 'auto':<8} slots={b.slots:<3} queue={b.queue.depth}/{b.queue.timeout_s:g}s  {b.url}")
@@ -40,7 +51,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         for pattern, target in cfg.aliases.items():
             print(f"  {pattern:<28} -> {target}")
     _print_resource_plan(cfg)
-    return 0
+    return 1 if warnings else 0
 
 
 def _print_resource_plan(cfg: cfgmod.Config) -> None:
@@ -113,6 +124,37 @@ def _cmd_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_config_reference(args: argparse.Namespace) -> int:
+    from .ops import config_reference
+
+    try:
+        block = config_reference.generate()
+    except config_reference.Undocumented as err:
+        print(f"config-reference: {err}", file=sys.stderr)
+        return 1
+    if not args.write:
+        sys.stdout.write(block)
+        return 0
+    try:
+        with open(args.write, encoding="utf-8") as f:
+            page = f.read()
+        with open(args.write, "w", encoding="utf-8") as f:
+            f.write(config_reference.rewrite(page, block))
+    except OSError as err:
+        print(f"config-reference: {args.write}: {err.strerror}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("homelab-frontend")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .app import demo
 
@@ -125,8 +167,11 @@ def _cmd_stub(args: argparse.Namespace) -> int:
     return stub_cli.run(args)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser(with_stub: bool = False) -> argparse.ArgumentParser:
+    """The command line. `with_stub`: the stub's own options too (they import the stub's server,
+    which `serve`'s start has no use for)."""
     parser = argparse.ArgumentParser(prog="homelab-frontend", description=__doc__)
+    parser.add_argument("-V", "--version", action="version", version=f"homelab-frontend {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the gateway")
@@ -135,36 +180,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, help="override listen.port (0: any free port)")
     p.set_defaults(fn=_cmd_serve)
 
-    p = sub.add_parser("check", help="validate a config file and print the routing table")
-    p.add_argument("--config", required=True)
+    p = sub.add_parser("check", help="validate a config file and the environment it names; print the routing table",
+                       description="Exit status 0: serve runs it; 1: serve runs it, with warnings (stderr); "
+                                   "2: serve refuses it (one line per problem on stderr, naming its key path).")
+    p.add_argument("--config", required=True, help="YAML config file")
     p.set_defaults(fn=_cmd_check)
 
     p = sub.add_parser("usage", help="tokens per key and model, from the usage ledger (no gateway needed)")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help="the gateway's YAML config file (it says where the ledger is)")
     p.add_argument("--since", help="ISO 8601 or Unix seconds (default: everything kept)")
-    p.add_argument("--until")
-    p.add_argument("--key")
-    p.add_argument("--model")
+    p.add_argument("--until", help="ISO 8601 or Unix seconds (default: now)")
+    p.add_argument("--key", help="one client key's rows, by its name")
+    p.add_argument("--model", help="one model's rows, by the name clients send")
     p.add_argument("--by", choices=("hour", "day"), help="one row per UTC hour or day (default: totals)")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
     p.set_defaults(fn=_cmd_usage)
 
     p = sub.add_parser("demo", help="the gateway in front of two stand-in backends")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--token-delay-ms", type=int, default=20)
+    p.add_argument("--port", type=int, default=8080, help="the gateway's port (default: 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="the gateway's address (default: 127.0.0.1)")
+    p.add_argument("--token-delay-ms", type=int, default=20, help="the stubs' time per token (default: 20)")
     p.set_defaults(fn=_cmd_demo)
 
-    p = sub.add_parser("stub", help="a stand-in upstream (vLLM- or Ollama-flavoured)")
+    p = sub.add_parser("config-reference", help="every config key with its type, default and meaning (Markdown)")
+    p.add_argument("--write", metavar="FILE", help="replace the generated part of FILE (docs/configuration.md)")
+    p.set_defaults(fn=_cmd_config_reference)
+
+    p = sub.add_parser("stub", help="a stand-in upstream (vLLM-, Ollama- or llama.cpp-flavoured)")
     p.set_defaults(fn=_cmd_stub)
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["stub"]:  # the stub's arguments import the stub's server: not for `serve`'s start
+    if with_stub:
         from .stub import cli as stub_cli
 
         stub_cli.add_arguments(p)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(with_stub=argv[:1] == ["stub"])
     args = parser.parse_args(argv)
-    return args.fn(args) or 0
+    try:
+        return args.fn(args) or 0
+    except BrokenPipeError:  # `check ... | head`: the reader left; end quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
 
 
 if __name__ == "__main__":

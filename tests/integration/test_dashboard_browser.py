@@ -1,7 +1,8 @@
 """The dashboard at GET / in a real headless browser (Debian's chromium, driven by Selenium
 through Debian's chromedriver): it asks for the admin key, then shows every backend with the
-numbers /admin/requests gives, a running request appears and disappears, the cancel button
-really cancels upstream, and finished requests show with their TTFT and outcome."""
+numbers /admin/requests gives, a running request appears (with the endpoint it came in on and its
+client's address) and disappears, the cancel button really cancels upstream, and finished
+requests show with their endpoint, TTFT and outcome."""
 
 from __future__ import annotations
 
@@ -129,6 +130,9 @@ def test_dashboard_shows_backends_requests_and_cancels(browser, vllm_stub, ollam
         until(browser, lambda: text(browser, f"{row} .phase") == "streaming")
         assert text(browser, f"{row} .model") == "reasoning"
         assert text(browser, f"{row} .backend") == "gpu0"
+        # the endpoint it came in on, and its client's address
+        assert text(browser, f"{row} .endpoint") == "/llm/v1/chat/completions"
+        assert text(browser, f"{row} .client") == "127.0.0.1"
         until(browser, lambda: card_numbers(browser)["gpu0"]["in_use"] == 1)
         assert card_numbers(browser) == admin_numbers(gw)  # the stream runs for 10 s: steady
         assert len(css(browser, "#inflight tr")) == len(gw.admin(ADMIN)["requests"]) == 1
@@ -155,6 +159,8 @@ def test_dashboard_shows_backends_requests_and_cancels(browser, vllm_stub, ollam
         recent = f'#recent tr[data-id="{rid}"]'
         until(browser, lambda: css(browser, recent))
         assert text(browser, f"{recent} .outcome") == "ok"
+        assert text(browser, f"{recent} .endpoint") == "/llm/v1/chat/completions"
+        assert text(browser, f"{recent} .client") == "127.0.0.1"
         rec = next(r for r in gw.get("/admin/stats", ADMIN)[1]["recent"] if r["id"] == rid)
         assert rec["ttft_ms"] is not None and text(browser, f"{recent} .ttft").endswith(" ms")
         assert rec["tokens_out"] >= 150  # content plus the reasoning tokens

@@ -194,7 +194,7 @@ def test_backend_killed_goes_down_and_comes_back_up_on_the_same_port(tmp_path):
             assert gw.admin()["backends"]["a"]["last_error"]
             # a model only `a` serves fails fast with a clear error in the caller's dialect...
             status, _, raw = chat(gw, "hi", model="solo", stream=False)
-            assert status == 503 and b"'a' is down" in raw
+            assert status == 503 and b"model 'solo' is down: backend 'a' is unreachable" in raw
             status, _, raw = post_raw(gw.base + "/messages", {"model": "solo", "max_tokens": 8,
                                       "messages": [{"role": "user", "content": "hi"}]})
             assert status == 503 and b'"type":"error"' in raw.replace(b" ", b"")

@@ -192,7 +192,7 @@ def test_a_box_killed_before_the_first_byte_fails_over_and_mid_stream_ends_the_s
             # that failure had the front read box1 at once: it is down, and so is its backend here
             wait_for(lambda: not backends(front)["box1/gpu0"]["up"], 10, 0.05)
             status, headers, raw = chat(front, "none left again")
-            assert status == 503 and b"box1/gpu0" in raw and b"peer 'box1'" in raw, raw
+            assert status == 503 and b"box1/gpu0" in raw and b"backend 'box1'" in raw, raw
             assert "retry-after" in {k.lower() for k in headers}
     finally:
         b1.stop()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import yaml
 
-from homelab_frontend.cli import main
+from homelab_frontend.cli import build_parser, main
 
 
 def test_check_prints_the_routing_table(tmp_path, capsys):
@@ -29,3 +31,16 @@ def test_check_lists_every_problem_one_a_line_and_exits_2(tmp_path, capsys):
     assert main(["check", "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and any("backends.a.slots" in ln for ln in err) and any("models.m.backend" in ln for ln in err)
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    parser = build_parser(with_stub=True)
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = {c.dest: c.help for c in sub._choices_actions}
+    assert set(commands) == {"serve", "check", "usage", "demo", "stub", "config-reference"}
+    assert all(commands.values()), commands
+    assert "llama.cpp" in commands["stub"]  # all three flavours named
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {'/'.join(action.option_strings)} has no help text"

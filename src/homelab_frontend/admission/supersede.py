@@ -13,8 +13,11 @@ out) and never reaches the backend; one generating has its upstream connection c
 old request's client gets an error in its dialect saying it was superseded (a 400: an SDK must not
 retry it, which would supersede the newer one in turn).
 
-A client is its API key's name, or its remote address when no keys are configured. Only the
-completion surfaces register here: chat and agent requests are never superseded.
+A client is its API key's name and its address together (the address as believed: behind a
+reverse proxy listed in `connections.trusted_proxies`, the one the proxy forwards for, never the
+proxy's own; policy/forwarded.py): two people sharing a key, or behind one proxy, are two clients
+(surfaces/completions/handler.py `client_of` says why, and what it gives up). Only the completion
+surfaces register here: chat and agent requests are never superseded.
 
 This is the rule within one gateway process. With a `cluster:` section, redis_supersede.py applies
 it across replicas (a newer completion on any replica cancels the older one wherever it runs).

@@ -6,6 +6,11 @@
 - Claude Code's and Gemini CLI's model names aliased onto them.
 Tokens come every 20 ms; a prompt of `long` keeps generating for several seconds. Ctrl-C stops all.
 
+The demo touches nothing of a real gateway's: its config, usage ledger and stored Responses live in
+a throwaway directory (`homelab-frontend-demo-*` under $TMPDIR), removed when it ends, by Ctrl-C,
+SIGTERM or a failed start alike. A demo that cannot have its port says so before it touches any
+file, so a second `make demo` leaves the first one's stub log alone.
+
 Only glue (processes started and stopped): tests/integration/test_seed_verify.py runs it as a
 user would (tests/support/unit_coverage.py's GLUE).
 """
@@ -13,7 +18,9 @@ user would (tests/support/unit_coverage.py's GLUE).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,6 +58,8 @@ aliases:
   "claude-*": reasoning
   "gemini-*flash*": qwen2.5:3b-instruct
   "gemini-*pro*": reasoning
+usage: {{path: {usage}}}
+responses: {{store: {{path: {responses}}}}}
 """
 
 
@@ -80,33 +89,70 @@ def _wait_port(port: int, timeout: float = 10.0) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from . import serve
+
+    try:
+        serve.check_port(args.host, args.port)  # before any file is touched (another demo's log)
+    except serve.StartupError as err:
+        return serve.fail(str(err))
+    # SIGTERM ends the demo as Ctrl-C does, through the cleanup below (serve handles both itself
+    # while it runs; this covers the stubs' start before it and the stop after it)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    state = tempfile.mkdtemp(prefix="homelab-frontend-demo-")
+    stubs: list[subprocess.Popen] = []
+    try:
+        return _run(args, state, stubs)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        # a second Ctrl-C must not cut the cleanup short and leave stubs or the directory behind
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop(stubs)
+        shutil.rmtree(state, ignore_errors=True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(args: argparse.Namespace, state: str, stubs: list[subprocess.Popen]) -> int:
     from .. import config as cfgmod
     from . import serve
 
-    vllm_port, ollama_port = _free_port(), _free_port()
-    open(REASONING_LOG, "w").close()
-    stubs = [
-        _stub("vllm", vllm_port, REASONING_LOG, args.token_delay_ms, "--reasoning", "--agent",
-              "--model", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "--max-model-len", "32768"),
-        _stub("ollama", ollama_port, OLLAMA_LOG, args.token_delay_ms, "--agent", "--model", "qwen2.5:3b-instruct"),
-    ]
     try:
-        for port in (vllm_port, ollama_port):
-            if not _wait_port(port):
-                print(f"demo: a stub backend did not start on port {port}", file=sys.stderr)
-                return 1
-        path = os.path.join(tempfile.mkdtemp(prefix="homelab-frontend-demo-"), "config.yaml")
-        with open(path, "w") as f:
-            f.write(CONFIG.format(host=args.host, port=args.port, vllm_port=vllm_port, ollama_port=ollama_port))
-        print(f"demo: config {path}; stub logs {REASONING_LOG}, {OLLAMA_LOG}", flush=True)
-        cfg = cfgmod.load(path)
-        return serve.run(cfg, path, args.host, args.port)
-    finally:
-        for p in stubs:
-            p.send_signal(signal.SIGTERM)
-        for p in stubs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        open(REASONING_LOG, "w").close()  # emptied: `grep -c cancelled` counts this run only
+    except OSError as err:
+        print(f"demo: cannot write {REASONING_LOG}: {err.strerror}", file=sys.stderr)
+        return 2
+    vllm_port, ollama_port = _free_port(), _free_port()
+    stubs.append(_stub("vllm", vllm_port, REASONING_LOG, args.token_delay_ms, "--reasoning", "--agent",
+                       "--model", "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "--max-model-len", "32768"))
+    stubs.append(_stub("ollama", ollama_port, OLLAMA_LOG, args.token_delay_ms, "--agent",
+                       "--model", "qwen2.5:3b-instruct"))
+    for port in (vllm_port, ollama_port):
+        if not _wait_port(port):
+            print(f"demo: a stub backend did not start on port {port}", file=sys.stderr)
+            return 1
+    path = os.path.join(state, "config.yaml")
+    with open(path, "w") as f:  # paths as JSON strings: valid YAML whatever $TMPDIR holds
+        f.write(CONFIG.format(host=args.host, port=args.port, vllm_port=vllm_port, ollama_port=ollama_port,
+                              usage=json.dumps(os.path.join(state, "usage.sqlite3")),
+                              responses=json.dumps(os.path.join(state, "responses.sqlite3"))))
+    print(f"demo: config, usage ledger and stored responses in {state} (removed at exit); "
+          f"stub logs {REASONING_LOG}, {OLLAMA_LOG}", flush=True)
+    cfg = cfgmod.load(path)
+    return serve.run(cfg, path, args.host, args.port)
+
+
+def _stop(stubs: list[subprocess.Popen]) -> None:
+    for p in stubs:
+        p.send_signal(signal.SIGTERM)
+    for p in stubs:
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

@@ -26,6 +26,7 @@ from ..ops.accesslog import AccessLog
 from ..ops.metrics import Metrics
 from ..policy import limits
 from ..policy.auth import Auth, Principal
+from ..policy.forwarded import HEADERS, Forwarding
 from ..policy.routing import BackendState, PeerLink, Router
 from ..request.tracker import Tracked, Tracker
 from ..surfaces.responses.state import State as ResponsesState
@@ -99,7 +100,13 @@ class Gateway:
     def apply(self, cfg: cfgmod.Config) -> None:
         """Swap in a validated config. Pools live on (held slots stay accounted); requests in
         flight keep the route they resolved; new requests see the new table."""
-        auth = Auth(cfg.auth)  # raises ConfigError before anything changes
+        problems = cfgmod.environment_problems(cfg)  # what `check` asks too
+        if problems:
+            raise cfgmod.ConfigError(problems)  # before anything changes
+        for warning in cfgmod.warnings(cfg):
+            log.warning("config: %s", warning)
+        auth = Auth(cfg.auth)
+        forwarding = Forwarding(cfg.connections.trusted_proxies, cfg.connections.forwarded_header)
         auth.inherit(getattr(self, "auth", None))
         self.fleet.configure(cfg)
         for name, b in cfg.backends.items():
@@ -131,6 +138,7 @@ class Gateway:
                     log.warning("%s: changes to the %s section take effect at the next restart", section, section)
         self.cfg = cfg
         self.auth = auth
+        self.forwarding = forwarding
         if self.usage is not None:
             self.usage.configure(cfg)
         self.router = Router(cfg, self.backends)
@@ -245,6 +253,12 @@ class Gateway:
             return work()
         return await asyncio.to_thread(work)
 
+    def client_address(self, request: web.Request) -> str:
+        """The client's address as believed (policy/forwarded.py): the header is read only when
+        the peer is a trusted proxy."""
+        fwd = self.forwarding
+        return fwd.client(request.remote, request.headers.getall(HEADERS[fwd.header], ()))
+
     def headers(self, t: Tracked) -> dict[str, str]:
         h = {"request-id": t.id, "server-timing": server_timing(t)}
         if t.served_model is not None:  # the configured model that answered (a fallback's, if one)
@@ -322,7 +336,7 @@ class Gateway:
     def _marked_down(self, state: BackendState) -> None:
         """Its requests marked a backend down (policy/passive_health.py): the probe loop re-plans
         its next probe, soon, instead of a whole health interval on."""
-        log.warning("backend %s is down: %s", state.name, state.last_error)
+        log.warning("marked down: %s", state.last_error)  # last_error names the backend
         wake = self._wake.get(state.name)
         if wake is not None:
             wake.set()

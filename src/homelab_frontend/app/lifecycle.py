@@ -57,6 +57,8 @@ def surface(dialect: str, fn: Handler):
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]
         t = Tracked(new_request_id(), dialect, "", None, False)
+        t.client = gw.client_address(request)
+        t.endpoint = endpoint(request)
         if gw.tracing is not None:
             t.trace = gw.tracing.begin(request.headers)
             if gw.tracing.capture:
@@ -94,6 +96,14 @@ def surface(dialect: str, fn: Handler):
             gw.observe(t, request.path)
 
     return handler
+
+
+def endpoint(request: web.Request) -> str:
+    """The route a request matched, as written in app/routes.py (its path family: a model in
+    the path stays `{model}`), for the dashboard and the access log."""
+    route = request.match_info.route
+    resource = route.resource if route is not None else None
+    return resource.canonical if resource is not None else request.path
 
 
 def _client_left(t: Tracked) -> None:

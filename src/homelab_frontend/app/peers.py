@@ -75,7 +75,7 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
         child.peer.models = {m.name: m for m in served}
         states = [b.state for m in served for b in m.backends if b.name == bname]
         child.up = any(s not in ("down", "failed") for s in states)
-        child.last_error = None if child.up else f"peer {peer.name!r} reports its backend {bname!r} {states[0]}"
+        child.last_error = None if child.up else f"backend {name!r} is down: its peer {peer.name!r} reports it {states[0]}"
         child.model_lens = {m.name: m.context_length for m in served if m.context_length}
         child.pool.queue.set_loading(child.loading)
         child.passive.probed(child.up)
@@ -83,7 +83,7 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
         link = child.peer
         if link is None or link.parent != peer.name or not link.backend or link.backend in reported:
             continue
-        child.up, child.last_error = False, f"peer {peer.name!r} no longer reports its backend {link.backend!r}"
+        child.up, child.last_error = False, f"backend {name!r} is gone: its peer {peer.name!r} no longer reports it"
         link.models = {}
         if drop(name):
             changed = True
@@ -96,7 +96,7 @@ def mark_down(peer: BackendState, backends: dict[str, BackendState]) -> None:
     for child in backends.values():
         if child.peer is not None and child.peer.parent == peer.name and child.peer.backend:
             child.up = False
-            child.last_error = f"peer {peer.name!r} is down: {peer.last_error}"
+            child.last_error = f"backend {child.name!r} is down with its peer: {peer.last_error}"
 
 
 def configured(cfg: cfgmod.Backend) -> bool:

@@ -31,10 +31,21 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    """Ready while some backend can serve: up by its probe, or managed and stopped (a request
+    starts it). A managed backend whose start failed cannot; `why` names each one that cannot."""
     gw: Gateway = request.app[GATEWAY]
-    up = {name: b.up for name, b in gw.backends.items()}
+    why: dict[str, str] = {}
+    for name, b in gw.backends.items():
+        failed = gw.fleet.unavailable(name)
+        if failed is not None:
+            why[name] = failed
+        elif not b.up:
+            why[name] = b.last_error or "down"
+    up = {name: name not in why for name in gw.backends}
     ready = any(up.values()) and not gw.draining
-    body = {"ready": ready, "backends": up}
+    body: dict = {"ready": ready, "backends": up}
+    if why:
+        body["why"] = why
     if gw.draining:
         body["draining"] = True
     return web.json_response(body, status=200 if ready else 503)

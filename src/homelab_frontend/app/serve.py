@@ -34,7 +34,7 @@ def fail(message: str) -> int:
 
 async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: int,
                 ready: Callable[[int], None] | None = None) -> int:
-    _check_port(host, port)  # before anything starts: probes, managed servers, the ledger
+    check_port(host, port)  # before anything starts: probes, managed servers, the ledger
     gw = Gateway(cfg, config_path)
     app = build_app(gw)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
@@ -97,7 +97,7 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
     return 0
 
 
-def _check_port(host: str, port: int) -> None:
+def check_port(host: str, port: int) -> None:
     """A port another process holds is said before the gateway starts anything: a health probe's
     warning (or a managed server started at boot) would otherwise come first. Bound and let go at
     once, with the options the site binds with; a port taken between this and the real bind is

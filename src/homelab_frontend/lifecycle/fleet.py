@@ -105,6 +105,15 @@ class Fleet(Effects, OperatorApi, Following):
         u = self.units.get(name)
         return u is not None and u.state is State.READY
 
+    def unavailable(self, name: str) -> str | None:
+        """Why a managed backend can serve nothing now, or None. A stopped (or sleeping) one is
+        available: a request starts it. One whose start failed (`failed`: backing off, then tried
+        again only when a request asks) is not, and says why (what its 503s say)."""
+        u = self.units.get(name)
+        if u is None or u.removed or u.state is not State.FAILED:
+            return None
+        return u.error or (u.remote or {}).get("error") or f"backend {name!r} failed to start"
+
     @property
     def follower(self) -> bool:
         return self.coord is not None and not self.coord.leader

@@ -1,5 +1,6 @@
 """One JSON line per request: who, what, where, how it ended, how long each part took.
-Never message text, never keys (a key's name only)."""
+Never message text, never keys (a key's name only). `client` is the client's address as
+believed: behind a proxy listed in `connections.trusted_proxies`, the one it forwards for."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class AccessLog:
             "ts": round(time.time(), 3),
             "id": t.id,
             "path": path,
+            "endpoint": t.endpoint,  # the route's family (a model in the path as `{model}`)
+            "client": t.client,  # the client's address as believed (policy/forwarded.py)
             "dialect": t.dialect,
             "model": t.model or None,
             "backend": t.backend,

@@ -39,7 +39,7 @@ async def probe(state: BackendState, client: UpstreamClient) -> object:
         return doc
     except GatewayError as err:
         if state.up:
-            log.warning("backend %s is down: %s", state.name, err.message)
+            log.warning("marked down: %s", err.message)  # the message names the backend
         state.up, state.last_error = False, err.message
         return None
 

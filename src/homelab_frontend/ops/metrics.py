@@ -282,7 +282,8 @@ class Metrics:
         if t.model or not ok:  # model listings (clients poll them) would drown the rest
             # a tuple now, a dict only when the dashboard asks
             self.recent.append((t.id, t.dialect, t.model, t.backend, t.key_name, t.stream, t.status, t.outcome,
-                                time.time(), duration, t.queue_wait, t.ttft, t.tokens_in, t.tokens_out))
+                                time.time(), duration, t.queue_wait, t.ttft, t.tokens_in, t.tokens_out,
+                                t.endpoint, t.client))
 
     def reloaded(self, ok: bool) -> None:
         self.reloads.labels("ok" if ok else "rejected").inc()
@@ -355,11 +356,11 @@ def _ms(seconds: float | None) -> float | None:
 
 def _recent_dict(r: tuple) -> dict:
     (rid, dialect, model, backend, key, stream, status, outcome, finished, duration, queue_wait, ttft,
-     tokens_in, tokens_out) = r
+     tokens_in, tokens_out, endpoint, client) = r
     return {"id": rid, "dialect": dialect, "model": model or None, "backend": backend, "key": key,
             "stream": stream, "status": status, "outcome": outcome, "finished": finished,
             "duration_ms": _ms(duration), "queue_wait_ms": _ms(queue_wait), "ttft_ms": _ms(ttft),
-            "tokens_in": tokens_in, "tokens_out": tokens_out}
+            "tokens_in": tokens_in, "tokens_out": tokens_out, "endpoint": endpoint, "client": client}
 
 
 class _LiveCollector:

@@ -100,23 +100,11 @@ def _presented(request: web.Request, *, query_key: bool = False) -> str | None:
 class Auth:
     def __init__(self, cfg: cfgmod.Auth, env: dict[str, str] | None = None) -> None:
         env = os.environ if env is None else env
-        problems: list[str] = []
-        self.keys: list[_Key] = []
-        for i, k in enumerate(cfg.keys):
-            secret = k.key if k.key is not None else env.get(k.key_env or "")
-            if not secret:
-                problems.append(f"auth.keys[{i}].key_env: environment variable {k.key_env!r} is not set")
-                continue
-            self.keys.append(_Key(k, secret))
-        self.admin_digest: bytes | None = None
-        if cfg.admin_key_env:
-            admin = env.get(cfg.admin_key_env)
-            if not admin:
-                problems.append(f"auth.admin_key_env: environment variable {cfg.admin_key_env!r} is not set")
-            else:
-                self.admin_digest = _digest(admin)
+        problems = cfgmod.auth_environment_problems(cfg, env)  # the rule `check` applies too
         if problems:
             raise cfgmod.ConfigError(problems)
+        self.keys = [_Key(k, k.key if k.key is not None else env[k.key_env or ""]) for k in cfg.keys]
+        self.admin_digest = _digest(env[cfg.admin_key_env]) if cfg.admin_key_env else None
         self._active: dict[str, int] = {}
 
     def inherit(self, old: "Auth | None") -> None:

@@ -90,6 +90,9 @@ class BackendState:
     cfg: cfgmod.Backend
     pool: SlotPool
     up: bool = True  # last health probe; unknown counts as up
+    # why it is down, as one sentence that names it ("backend 'gpu0' is unreachable (connection
+    # refused)": the upstream client's and the lifecycle's errors all do): said as it is, never
+    # prefixed with the name again
     last_error: str | None = None
     model_lens: dict[str, int] = field(default_factory=dict)  # from /v1/models max_model_len
     upstream_running: int | None = None  # the backend's own running count, where it tells
@@ -111,7 +114,7 @@ class BackendState:
         if not self.up or not self.passive.connection_failed():
             return False
         self.up = False
-        self.last_error = f"{message} (on its requests; probed again soon)"
+        self.last_error = f"{message}, seen on its requests (probed again soon)"
         if self.on_down is not None:
             self.on_down(self)
         return True
@@ -198,14 +201,12 @@ class Route:
             if best is None or (b.free, -b.pool.queued) > (best.free, -best.pool.queued):
                 best = b
         if best is None:
-            names = ", ".join(repr(b.name) for b in self.backends)
-            detail = "; ".join(f"{b.name}: {b.last_error}" for b in self.backends if b.last_error)
             # Down, not busy: its own kind, and Retry-After is when the next probe may bring it
-            # back (sooner for one its requests marked down: policy/passive_health.py)
+            # back (sooner for one its requests marked down: policy/passive_health.py). Each
+            # backend named once, with its error: `last_error` is a sentence naming it already.
+            reasons = "; ".join(b.last_error or f"backend {b.name!r} is down" for b in self.backends)
             raise GatewayError(
-                "backend_down",
-                f"model {self.client_model!r}: backend {names} is down"
-                + (f" ({detail})" if detail else ""),
+                "backend_down", f"model {self.client_model!r} is down: {reasons}",
                 retry_after=min(b.passive.next_probe_s(b.cfg.health_interval_s) for b in self.backends),
             )
         if session is None or not self.affinity or len(up) < 2:

@@ -32,6 +32,7 @@ class Tracked:
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
         "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
+        "client", "endpoint",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -72,6 +73,11 @@ class Tracked:
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
         self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
+        # the client's address as believed: the peer's, or what a trusted proxy says (policy/forwarded.py)
+        self.client = ""
+        # the route it came in on, as the route is written (`/llm/v1/chat/completions`,
+        # `/llm/v1beta/models/{model}:generateContent`): a bounded family, never the raw path
+        self.endpoint = ""
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""
@@ -129,6 +135,8 @@ class Tracked:
             "backends_tried": self.tried(),
             "served_model": self.served_model,
             "key": self.key_name,
+            "client": self.client,
+            "endpoint": self.endpoint,
             "phase": self.phase,
             "stream": self.stream,
             "age_s": round(time.monotonic() - self.started, 3),

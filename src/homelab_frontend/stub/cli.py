@@ -17,7 +17,7 @@ from .state import StubConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="vllm", help="upstream to imitate")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
     parser.add_argument(
         "--model",
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="delta key for reasoning: vLLM>=0.16 'reasoning'; 'both' like vLLM 0.11-0.15",
     )
     parser.add_argument("--token-delay-ms", type=int, default=0, help="delay before each generated token")
-    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--max-model-len", type=int, default=4096, help="the context length it reports and enforces")
     parser.add_argument("--log", metavar="FILE", help="event log, truncated at start, one line per event")
     parser.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     parser.add_argument("--agent", action="store_true", help="scripted agent: call a tool, then report its result")

@@ -75,6 +75,16 @@ from .usage import UsageFold
 
 log = logging.getLogger("homelab_frontend")
 SSE_HEADERS = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+# On every streamed answer, whatever its framing (SSE, NDJSON, Gemini's JSON array): an nginx in
+# front buffers a response by default (proxy_buffering on) and would hand the client its tokens
+# in bursts, or all at the end; this header turns that off for the one response
+# (docs/operations.md, tests/integration/test_reverse_proxy.py).
+UNBUFFERED = {"x-accel-buffering": "no"}
+
+
+def stream_response(headers: dict[str, str], own: dict[str, str]) -> web.StreamResponse:
+    """A streamed answer's response: the dialect's `headers`, UNBUFFERED, the gateway's `own`."""
+    return web.StreamResponse(headers={**headers, **UNBUFFERED, **own})
 _encode = msgspec.json.encode
 
 
@@ -231,7 +241,7 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
     upstream = await turn.open_upstream(ex, stream=True, continuous_usage=True, send_stop=not stops,
                                         count_prompt=turn.count_prompt)
-    out = web.StreamResponse(headers={**turn.stream_headers, **gw.headers(t)})
+    out = stream_response(turn.stream_headers, gw.headers(t))
     await out.prepare(request)
     enc = turn.encoder()
     ping = keep_alive(turn, enc)

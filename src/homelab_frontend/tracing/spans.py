@@ -56,6 +56,10 @@ def plan(t, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
         attrs["gen_ai.response.model"] = t.upstream_model
     if t.key_name:
         attrs["homelab.key"] = t.key_name
+    if getattr(t, "client", ""):  # the address as believed (policy/forwarded.py), not a proxy's
+        attrs["client.address"] = t.client
+    if getattr(t, "endpoint", ""):  # the route as written: OTel's http.route
+        attrs["http.route"] = t.endpoint
     if t.backend:
         attrs["homelab.backend"] = t.backend
     if t.tokens_in is not None:

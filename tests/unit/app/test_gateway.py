@@ -55,6 +55,28 @@ def test_apply_keeps_pools_and_drops_idle_removed_backends(gw, tmp_path):
     assert set(gw.backends) == {"gpu0"} and set(gw.clients) == {"gpu0"}
 
 
+def test_the_clients_address_is_believed_from_the_proxies_the_config_trusts_now(gw, tmp_path):
+    from types import SimpleNamespace
+
+    from multidict import CIMultiDict
+
+    def request(peer, **headers):
+        return SimpleNamespace(remote=peer, headers=CIMultiDict(headers))
+
+    via_proxy = request("10.0.0.1", **{"X-Forwarded-For": "198.51.100.7, 203.0.113.9"})
+    assert gw.client_address(via_proxy) == "10.0.0.1"  # nobody trusted yet
+    raw = {"backends": {"gpu0": {"url": "http://127.0.0.1:9/gpu0/v1"}}, "models": {"m": {"backend": "gpu0"}},
+           "responses": {"store": {"path": str(tmp_path / "responses.sqlite3")}},
+           "connections": {"trusted_proxies": ["10.0.0.0/8"]}}
+    gw.apply(cfgmod.parse(raw))  # a reload applies it
+    assert gw.client_address(via_proxy) == "203.0.113.9"
+    assert gw.client_address(request("192.0.2.1", **{"X-Forwarded-For": "203.0.113.9"})) == "192.0.2.1"
+    raw["connections"]["forwarded_header"] = "forwarded"
+    gw.apply(cfgmod.parse(raw))
+    assert gw.client_address(via_proxy) == "10.0.0.1"  # X-Forwarded-For is no longer read
+    assert gw.client_address(request("10.0.0.1", Forwarded="for=203.0.113.10")) == "203.0.113.10"
+
+
 def test_without_a_cluster_latest_wins_is_in_process_and_redis_is_never_imported(tmp_path):
     # in a fresh interpreter: this test process may have imported redis for other tests
     import subprocess

@@ -149,6 +149,25 @@ def test_a_failed_start_answers_its_waiters_and_backs_off():
     asyncio.run(go())
 
 
+def test_only_a_failed_start_makes_a_managed_backend_unavailable():
+    """What /readyz asks: stopped is available (a request starts it), failed is not, with why."""
+    async def go():
+        fleet, spawner, prober, pools = await fleet_of("a")
+        assert fleet.units["a"].state is State.STOPPED and fleet.unavailable("a") is None
+        assert fleet.unavailable("not-managed") is None
+        spawner.exit_at_start = 1
+        with pytest.raises(GatewayError) as ei:
+            await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
+        assert fleet.unavailable("a") == ei.value.message and "failed to start" in ei.value.message
+        spawner.exit_at_start = None
+        fleet.units["a"].retry_at = None  # the back-off over: the next request tries again
+        lease = await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r2")), 5)
+        assert fleet.units["a"].state is State.READY and fleet.unavailable("a") is None
+        pools["a"].release(lease, 0.1)
+        await fleet.close()
+    asyncio.run(go())
+
+
 def test_a_taken_address_fails_the_start_without_spawning_and_names_it():
     """Something else answers at the backend's address: spawning would leave the new server
     unable to bind while the probe took the stranger for it and the requests went there."""

@@ -313,12 +313,26 @@ def test_simulated_homelab_serves_everyone_and_never_overcommits(arrivals, pol, 
     assert len(sim.done) == len(arrivals), "every request was admitted"
     assert all(not q for q in sim.queue.values())
     # starvation bound for the batch policy: swap_after_s, plus draining what ran (the longest
-    # service), the stop and the start, plus one round of that for each other backend ahead
+    # service), the stop and the start, plus one round of that for each other backend ahead, plus
+    # every request ahead: its service and, at worst, a swap of its own (a swap happens only for an
+    # admission; with swap_after_s 0 the batch policy hands the GPU over as soon as another backend
+    # waits, so a, a, b, b at t=0 on one slot runs a, b, a, b: three swaps for four requests, which
+    # hypothesis found past the bound's first form)
     if pol == "batch":
         longest = max(s for _, _, s in arrivals)
-        bound = 3 * (swap_after + longest + Sim.STOP_S + Sim.START_S) + len(arrivals) * longest / slots
+        per_request = longest / slots + Sim.STOP_S + Sim.START_S
+        bound = 3 * (swap_after + longest + Sim.STOP_S + Sim.START_S) + len(arrivals) * per_request
         for rid, (arrival, admitted) in sim.done.items():
             assert admitted - arrival <= bound, (rid, arrival, admitted)
+
+
+def test_with_swap_after_zero_two_backends_alternate_one_request_each():
+    # hypothesis found it past the starvation bound's first form: swap_after_s 0 is "hand over as
+    # soon as another backend waits", so one slot serves a, b, a, b, each after a swap
+    sim = Sim({"a": 1.0, "b": 1.0, "c": 0.5}, 1, "batch", 0.0).run(
+        [(0.0, "a", 0.5), (0.0, "a", 0.5), (0.0, "b", 0.5), (0.0, "b", 0.5)])
+    assert sim.swaps == 3
+    assert [rid for rid, _ in sorted(sim.done.items(), key=lambda kv: kv[1][1])] == [0, 2, 1, 3]
 
 
 def test_a_tie_in_waiting_goes_to_the_backend_served_least_recently():

@@ -16,6 +16,7 @@ def test_one_line_per_request_with_every_field(tmp_path):
     t.backend, t.status, t.queue_wait, t.ttft = "gpu0", 200, 0.0123, 0.5
     t.tokens_in, t.tokens_out, t.tokens_cached, t.affinity = 10, 20, 4, "hit"
     t.failovers, t.served_model = [("gpu1", "reset")], "qwen"
+    t.client, t.endpoint = "203.0.113.9", "/llm/v1/messages"
     t.fail("timeout")
     path = tmp_path / "access.log"
     log = AccessLog(str(path))
@@ -27,10 +28,11 @@ def test_one_line_per_request_with_every_field(tmp_path):
     rec = json.loads(lines[0])
     assert set(rec) == {"ts", "id", "path", "dialect", "model", "backend", "key", "stream", "status", "outcome",
                         "queue_wait_ms", "ttft_ms", "duration_ms", "tokens_in", "tokens_out", "tokens_cached",
-                        "affinity", "backends_tried", "failovers", "served_model"}
+                        "affinity", "backends_tried", "failovers", "served_model", "client", "endpoint"}
     assert rec["backends_tried"] == ["gpu1", "gpu0"] and rec["failovers"] == [{"backend": "gpu1", "cause": "reset"}]
     assert (rec["id"], rec["key"], rec["outcome"], rec["queue_wait_ms"], rec["ttft_ms"]) == (
         "req_abc", "alice", "error_timeout", 12.3, 500.0)
+    assert (rec["client"], rec["endpoint"]) == ("203.0.113.9", "/llm/v1/messages")
 
 
 def test_a_failed_write_is_a_warning_not_a_crash(tmp_path, caplog):

@@ -69,13 +69,30 @@ def test_most_free_slots_then_shortest_queue():
 def test_all_down_fails_fast_with_the_soonest_probe_as_retry_after():
     route = _router().resolve("big")
     for b in route.backends:
-        b.up, b.last_error = False, "connection refused"
+        b.up, b.last_error = False, f"backend {b.name!r} is unreachable (connection refused)"
     with pytest.raises(GatewayError) as e:
         route.choose()
     assert e.value.kind == "backend_down" and e.value.retry_after == 3
-    assert "a: connection refused" in e.value.message
+    assert e.value.message == ("model 'big' is down: backend 'a' is unreachable (connection refused); "
+                               "backend 'b' is unreachable (connection refused)")
     route.backends[1].up = True
     assert route.choose() is route.backends[1]  # the one that is up
+
+
+def test_a_down_backend_is_named_once_with_its_error_or_as_down_without_one():
+    route = _router().resolve("small")
+    (a,) = route.backends
+    a.up, a.last_error = False, None  # down before any error was recorded (a managed stop, say)
+    with pytest.raises(GatewayError) as e:
+        route.choose()
+    assert e.value.message == "model 'small' is down: backend 'a' is down"
+    assert a.connection_failed("backend 'a' is unreachable (connection refused)") is False  # already down
+    a.up = True
+    assert any(a.connection_failed("backend 'a' is unreachable (connection refused)") for _ in range(10))
+    with pytest.raises(GatewayError) as e:
+        route.choose()
+    assert e.value.message.count("'a'") == 1, e.value.message
+    assert e.value.message.startswith("model 'small' is down: backend 'a' is unreachable (connection refused)")
 
 
 def test_context_length_from_model_then_backend_then_probe():

@@ -134,5 +134,5 @@ def test_as_dict_has_no_message_text_and_the_fields_the_admin_api_shows():
     t = _record()
     d = t.as_dict()
     assert set(d) == {"id", "dialect", "model", "backend", "key", "phase", "stream", "age_s", "started",
-                      "tokens_out", "backends_tried", "served_model"}
+                      "tokens_out", "backends_tried", "served_model", "client", "endpoint"}
     assert d["phase"] == tr.QUEUED

@@ -45,7 +45,8 @@ def _record(**kw):
     trace = traceparent.RequestTrace(1, 5, True)
     base = dict(trace=trace, started=100.0, started_wall=1000.0, model="m", upstream_model="up", id="req_1",
                 dialect="openai", outcome="ok", stream=True, status=200, key_name="k", backend="b",
-                tokens_in=20, tokens_out=7, tokens_cached=None, slot_seconds=2.0, queue_wait=0.5, ttft=1.2)
+                tokens_in=20, tokens_out=7, tokens_cached=None, slot_seconds=2.0, queue_wait=0.5, ttft=1.2,
+                client="192.0.2.7", endpoint="/llm/v1/chat/completions")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -58,6 +59,7 @@ def test_a_streamed_request_plans_root_queue_upstream_first_token():
     assert (up.span_id, up.parent_id, up.start, up.end) == (t.trace.upstream_id, t.trace.span_id, 1001.0, 1003.0)
     assert (first.parent_id, first.start, first.end) == (up.span_id, 1001.0, 1001.2)
     assert root.attributes["gen_ai.usage.input_tokens"] == 20 and "homelab.usage.estimated" not in root.attributes
+    assert (root.attributes["client.address"], root.attributes["http.route"]) == ("192.0.2.7", "/llm/v1/chat/completions")
     assert len({p.span_id for p in got.values()}) == 4
 
 

@@ -93,6 +93,7 @@ from typing import Any
 import msgspec
 
 from ... import canonical as c
+from ... import schema_errors
 from ...errors import GatewayError
 from ..fields import invalid as _invalid
 from ..signature import ThinkingSigner
@@ -241,12 +242,6 @@ _TYPE_WORDS = {
     "null": "null",
 }
 
-# msgspec: "Expected `str | array`, got `int` - at `$.messages[0].content`"
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
-_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")
-_INVALID_VALUE = re.compile(r"^Invalid value (?P<value>.*)$", re.S)
-
 # Better words for the fields whose msgspec type is a union.
 _HINTS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^messages\[\d+\]\.content$"), "a string or a list of content blocks"),
@@ -268,27 +263,23 @@ def _words(types: str, *, drop_null: bool = False) -> str:
 
 
 def _from_validation_error(exc: msgspec.ValidationError) -> GatewayError:
-    text = str(exc)
-    m = _AT.match(text)
-    what = m.group("what") if m else text
-    path = (m.group("path") or "").lstrip(".") if m else ""
-    if mm := _EXPECTED.match(what):
-        want = next((h for p, h in _HINTS if p.match(path)), _words(mm.group("want"), drop_null=True))
-        got = _words(mm.group("got"))
+    e = schema_errors.read(exc)  # msgspec: "Expected `str | array`, got `int` - at `$.messages[0].content`"
+    path = e.path
+    if e.kind == "expected":
+        want = next((h for p, h in _HINTS if p.match(path)), _words(e.want, drop_null=True))
+        got = _words(e.got)
         if not path:
             return _invalid(None, f"request body must be a JSON object, got {got}")
         return _invalid(path, f"expected {want}, got {got}")
-    if mm := _MISSING.match(what):
-        field = mm.group("field")
-        return _invalid(f"{path}.{field}" if path else field, "required field is missing")
-    if mm := _INVALID_VALUE.match(what):
-        value = mm.group("value")
+    if e.kind == "missing":
+        return _invalid(e.at(e.field), "required field is missing")
+    if e.kind == "value":  # a tag no variant has (an enum's "invalid enum value" is said as msgspec says it)
         if path.endswith(".type") and "content" in path:
-            return _invalid(path, f"unsupported content block type {value}")
+            return _invalid(path, f"unsupported content block type {e.value}")
         if path.startswith("system["):
-            return _invalid(path, f"unsupported system block type {value} (only text blocks)")
-        return _invalid(path, f"invalid value {value}")
-    detail = what[:1].lower() + what[1:] if what else "invalid value"
+            return _invalid(path, f"unsupported system block type {e.value} (only text blocks)")
+        return _invalid(path, f"invalid value {e.value}")
+    detail = e.text[:1].lower() + e.text[1:] if e.text else "invalid value"
     return _invalid(path or None, detail)
 
 

@@ -17,7 +17,7 @@ text_decode.py, and encoded in the client's dialect (encode.py; Ollama's NDJSON 
 its next token on every backend (llama.cpp notices a closed stream, not a closed plain request).
 
 Latest wins (`supersede: true` on the model, admission/supersede.py): the request registers as
-its client's newest completion on that model before it asks for a slot, which cancels the
+its client's (its key and its address: `client_of`) newest completion on that model before it asks for a slot, which cancels the
 previous one; a warm-up that generates nothing (llama.vscode's `n_predict: 0`) neither cancels
 nor is cancelled. With a `cluster:` section the same rule holds across the replicas
 (admission/redis_supersede.py: the registration then takes one Redis round trip).
@@ -191,9 +191,20 @@ class _InfillTurn(TextTurn):
         return doc
 
 
-def client_of(request: web.Request, front: Inbound) -> str:
-    """Who a completion belongs to, for latest-wins: its key, or its address without keys."""
-    return front.principal.name or f"addr:{request.remote or ''}"
+def client_of(t: Tracked, front: Inbound) -> str:
+    """Who a completion belongs to, for latest-wins: its key's name ("" without keys) and the
+    client's address as believed (t.client: behind a trusted proxy, the address it forwards
+    for, policy/forwarded.py), together.
+
+    Why both: a key alone takes two people sharing one key (a household's, a team's) for one
+    client, so each one's typing would cancel the other's completions; an address alone does the
+    same to everyone behind one proxy the config does not trust, or one NAT. Why not an id the
+    client sends: the editors send none in common (llama.vim, llama.vscode, Continue, Twinny),
+    and a client's word would let anyone cancel anyone's completions by sending theirs; an address
+    is forged only by whoever can write a trusted proxy's header. What it gives up: one person's
+    two editors on one machine, on one key, are one client (as they were before). Addresses hold
+    no `@`, so the pair is unambiguous."""
+    return f"{front.principal.name or ''}@{t.client}"
 
 
 @asynccontextmanager
@@ -203,7 +214,7 @@ async def latest(request: web.Request, gw: Gateway, t: Tracked, front: Inbound, 
     if not front.route.supersede or call.warmup:
         yield
         return
-    async with gw.supersede.latest(client_of(request, front), front.route.model, t):
+    async with gw.supersede.latest(client_of(t, front), front.route.model, t):
         yield
 
 

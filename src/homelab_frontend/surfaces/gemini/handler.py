@@ -97,16 +97,20 @@ def _target(request: web.Request) -> tuple[str, str]:
     return model_name(name), method
 
 
+_METHODS = ("generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents")
+
+
 async def model_method(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     model, method = _target(request)
+    if method in _METHODS:  # the endpoint as Google writes it: `.../models/{model}:generateContent`
+        t.endpoint = t.endpoint.replace("{target}", "{model}:" + method)
     if method in ("generateContent", "streamGenerateContent"):
         return await _generate(request, gw, t, model, method == "streamGenerateContent")
     if method == "countTokens":
         return await _count_tokens(request, gw, t, model)
     if method in ("embedContent", "batchEmbedContents"):
         return await _embed(request, gw, t, model, method == "batchEmbedContents")
-    raise GatewayError("not_found", f"method {method!r} is not supported by this gateway (generateContent, "
-                                    "streamGenerateContent, countTokens, embedContent, batchEmbedContents)")
+    raise GatewayError("not_found", f"method {method!r} is not supported by this gateway ({', '.join(_METHODS)})")
 
 
 def _parse_generate(body: bytes, gw: Gateway, model: str, stream: bool) -> c.Request:

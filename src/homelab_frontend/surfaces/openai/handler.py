@@ -44,7 +44,7 @@ from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
 from ..embeddings import embed
-from ..skeleton import SSE_HEADERS, exchange, inbound
+from ..skeleton import SSE_HEADERS, exchange, inbound, stream_response
 from ..usage import UsageFold
 from .models import openai_entry
 from .request import StreamOptions, parse_request
@@ -112,7 +112,7 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
             await out.write_eof()
             return out
         upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
-        out = web.StreamResponse(headers={**SSE_HEADERS, **gw.headers(t)})
+        out = stream_response(SSE_HEADERS, gw.headers(t))
         await out.prepare(request)
         await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out

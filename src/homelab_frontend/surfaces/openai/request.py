@@ -7,12 +7,12 @@ Every validation error names the field (`messages[2].content: ...`).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Union
 
 import msgspec
 
 from ... import canonical as c
+from ... import schema_errors
 from ..body import decode_object
 from ..fields import invalid as _bad
 
@@ -81,21 +81,12 @@ class WireRequest(msgspec.Struct):
 
 
 
-_MISSING = re.compile(r"missing required field `([^`]+)`")
-
-
 def _path(err: msgspec.ValidationError) -> tuple[str, str]:
     """msgspec's "Expected `int`, got `str` - at `$.messages[0].x`" -> ("messages[0].x", "...")."""
-    text = str(err)
-    path = ""
-    marker = " - at `$"
-    if marker in text:
-        text, _, tail = text.partition(marker)
-        path = tail.rstrip("`").lstrip(".")
-    missing = _MISSING.search(text)
-    if missing:
-        return (f"{path}.{missing.group(1)}" if path else missing.group(1)), "required field is missing"
-    return path, text
+    e = schema_errors.read(err)
+    if e.kind == "missing":
+        return e.at(e.field), "required field is missing"
+    return e.path, e.text
 
 
 def _parts(content: Any, where: str) -> list[c.Part]:

@@ -131,10 +131,16 @@ def test_a_vllm_only_field_on_a_backend_of_another_kind_is_refused_at_the_call()
     assert got.value.param == "echo" and "'b'" in got.value.message
 
 
-def test_a_completion_belongs_to_its_key_or_without_one_to_its_address():
-    request = SimpleNamespace(remote="10.0.0.7")
-    assert handler.client_of(request, SimpleNamespace(principal=SimpleNamespace(name="alice"))) == "alice"
-    assert handler.client_of(request, SimpleNamespace(principal=SimpleNamespace(name=None))) == "addr:10.0.0.7"
+def test_a_completion_belongs_to_its_key_and_its_address_together():
+    def client(name, addr):
+        return handler.client_of(SimpleNamespace(client=addr), SimpleNamespace(principal=SimpleNamespace(name=name)))
+
+    assert client("alice", "10.0.0.7") == "alice@10.0.0.7"
+    assert client(None, "10.0.0.7") == "@10.0.0.7"
+    # one key shared from two machines, or two people without keys: never one client
+    assert client("alice", "10.0.0.7") != client("alice", "10.0.0.8")
+    assert client(None, "10.0.0.7") != client(None, "10.0.0.8")
+    assert client("alice", "10.0.0.7") != client("bob", "10.0.0.7")
 
 
 def test_an_infill_with_extra_chunks_no_backend_can_take_is_refused_before_a_slot():
