@@ -25,7 +25,7 @@ ENV = "HLF_TEST_FAST"
 ROOT = Path(__file__).resolve().parents[1]
 CACHES = (Path.home() / ".cache" / "homelab-frontend", ROOT / ".cache")
 SLOW_NAMES = {"llama-server", "node", "npm", "npx", "chromium", "chromedriver", "claude", "codex", "gemini", "vllm",
-              "nginx", "caddy"}
+              "whisper-server", "sd-server", "espeak-ng", "nginx", "caddy"}
 
 
 _armed = False  # only while a test runs (setup, call, teardown): pytest and xdist start processes of their own

@@ -30,6 +30,10 @@ LLAMA_VERSION = "11434.0.0"
 HOME = Path(os.environ.get("HLF_LLAMA_HOME", Path.home() / ".cache" / "homelab-frontend" / "llama.cpp"))
 BIN = HOME / LLAMA_VERSION / "bin" / "llama-server"
 GGUF = HOME / "models" / "gemma-3-270m-q4_k_m.gguf"
+# The same model with FIM tokens named in its metadata (.ci/deps/llama-fim.sh): llama.cpp answers
+# /infill with it (the editors' tests: tests/real/test_editors_llamacpp.py)
+FIM_GGUF = HOME / "models" / "gemma-3-270m-fim-q4_k_m.gguf"
+FIM_TOKENS = {"prefix": "<unused2>", "suffix": "<unused3>", "middle": "<unused4>"}  # ids 8, 9, 10, as text
 ALIAS = "gemma-3-270m"  # the upstream model name
 MODEL = "gemma"  # the client's name for it, through the gateway
 # The GGUF is the base model and embeds no chat template (llama.cpp would fall back to ChatML,
@@ -48,6 +52,11 @@ def missing() -> str | None:
 
 def require_llama() -> None:
     require(missing())
+
+
+def require_llama_fim() -> None:
+    require(missing() or (None if FIM_GGUF.is_file() and FIM_GGUF.stat().st_size > 0 else
+                          f"the FIM copy of the model is not made: `bash .ci/deps/llama-fim.sh` makes it (no {FIM_GGUF})"))
 
 
 def llama_config(base: str, **backend) -> dict:
@@ -95,7 +104,7 @@ class LlamaServer:
     # machine that also runs the gateway, the clients and other work slowed decoding from ~80 to
     # a few tokens a second (so a stopped stream was noticed only seconds later, at its next token).
     def __init__(self, *, parallel: int = 2, ctx: int = 2048, threads: int = 1, extra: tuple[str, ...] = (),
-                 port: int | None = None) -> None:
+                 port: int | None = None, gguf: Path = GGUF) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hlf-llama-"))
         self.log_path = self.dir / "llama-server.log"
         self.parallel, self.ctx = parallel, ctx
@@ -103,7 +112,7 @@ class LlamaServer:
             self.port = port or free_port()  # a given port: a server brought back where it was
             self._log = open(self.log_path, "wb")
             self.proc = subprocess.Popen(
-                [str(BIN), "-m", str(GGUF), "--alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
+                [str(BIN), "-m", str(gguf), "--alias", ALIAS, "--host", "127.0.0.1", "--port", str(self.port),
                  "--parallel", str(parallel), "-c", str(ctx), "-t", str(threads), "-tb", str(threads),
                  "--metrics", "--slots", "--jinja", "--chat-template-file", str(TEMPLATE), "--no-warmup",
                  *extra],

@@ -18,8 +18,11 @@ def stub_backend(flavour: str = "vllm", *args: str, port: int | None = None, slo
     r = {"cmd": cmd, "start_timeout_s": 30, "stop_timeout_s": 5, **run}
     if uses is not None:
         r["uses"] = {"gpu": uses}
-    kind = {"vllm": "vllm", "llamacpp": "llamacpp", "ollama": "ollama"}[flavour]
-    return {"url": f"http://127.0.0.1:{port}/v1", "slots": slots, "kind": kind, "health_interval_s": 1, "run": r}
+    kind = {"vllm": "vllm", "llamacpp": "llamacpp", "ollama": "ollama", "whispercpp": "whispercpp",
+            "kokoro": "openai", "speaches": "openai", "sdcpp": "openai"}[flavour]
+    # whisper.cpp's server has no /v1 (its /inference and /health sit at its root)
+    url = f"http://127.0.0.1:{port}" + ("" if flavour == "whispercpp" else "/v1")
+    return {"url": url, "slots": slots, "kind": kind, "health_interval_s": 1, "run": r}
 
 
 def backends(gw, headers: dict | None = None) -> dict[str, dict]:

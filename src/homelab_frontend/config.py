@@ -67,7 +67,20 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
     """A whole non-streaming answer (or error, probe) body."""
 
 
-BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "peer"]
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "whispercpp", "peer"]
+# The relayed endpoints a backend's `paths` may place elsewhere (upstream/backend_kind.py).
+MEDIA_ENDPOINTS = ("rerank", "rerank_v2", "score", "transcriptions", "translations", "speech", "voices",
+                   "audio_models", "image_generations", "image_edits")
+
+
+class ClientKeepAlive(msgspec.Struct, forbid_unknown_fields=True):
+    """What a client's `keep_alive` (Ollama's, in any dialect's body) may do to a managed backend
+    (lifecycle/keep_alive.py)."""
+
+    honour: bool = True
+    """False: a client's keep_alive is ignored (idle_ttl_s stands, `keep_alive: 0` unloads nothing)."""
+    max_s: NonNegative | None = None
+    """The longest idle time a client may ask for (forever, "-1", included); null: no cap."""
 
 
 class Run(msgspec.Struct, forbid_unknown_fields=True):
@@ -83,7 +96,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     uses: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """How much of each of `resources` it takes while running."""
     ready_url: str | None = None
-    """The URL whose 200 means ready; null: GET <url>/models answering 200."""
+    """The URL whose 200 means ready; null: GET <url>/models answering 200 (or the backend's health_path)."""
     start_timeout_s: Seconds = 300.0
     """From spawn to ready; longer is a failed start."""
     idle_ttl_s: Seconds | None = None
@@ -101,6 +114,8 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
     """vLLM's sleep level: 1 keeps the weights in CPU memory, 2 drops them."""
     backoff_s: Seconds = 5.0
     """The wait after a failed start; doubles per consecutive failure (to 32x)."""
+    client_keep_alive: ClientKeepAlive = msgspec.field(default_factory=ClientKeepAlive)
+    """What a client's `keep_alive` may do to this server's idle time (docs/managed-backends.md)."""
 
     def argv(self) -> list[str]:
         return shlex.split(self.cmd) if isinstance(self.cmd, str) else list(self.cmd)
@@ -115,6 +130,12 @@ class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
     backends (what llama-swap does), for comparison (bench.swap)."""
     swap_after_s: NonNegative = 20.0
     """`batch`: the longest another backend's oldest request waits before a swap."""
+    loading_keepalive_s: NonNegative = 5.0
+    """A stream waiting for its managed model to load gets its headers at once and a keep-alive frame
+    this often (surfaces/loading.py); 0: nothing is sent until the model answers (a refusal stays a status)."""
+    loading_note: bool = False
+    """Also a visible "loading MODEL" note, where a dialect has a place that stays out of the answer
+    (OpenAI Chat's reasoning_content, Ollama's thinking)."""
 
 
 # -- several boxes (docs/several-boxes.md): a peer is another homelab-frontend used as a backend --
@@ -157,8 +178,20 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     """What is read from it at most."""
     health_interval_s: float = 10.0
     """Seconds between its GET /v1/models probes (never a generation)."""
+    health_path: str | None = None
+    """For a server without GET /v1/models (whisper.cpp's, stable-diffusion.cpp's): the path, from the
+    server's root, whose 200 is its health and readiness; null: /v1/models (kind whispercpp: /health)."""
+    paths: dict[str, str] = msgspec.field(default_factory=dict)
+    """The server's own path (from its root) for a relayed endpoint where it is not OpenAI's, e.g.
+    {transcriptions: /inference} for whisper.cpp's --inference-path; keys: rerank, rerank_v2, score,
+    transcriptions, translations, speech, voices, audio_models, image_generations, image_edits. Left
+    out: the kind's (upstream/backend_kind.py)."""
     run: Run | None = None
     """The gateway runs this backend's server (a managed backend)."""
+    on_client_gone: Literal["cancel", "drain"] = "cancel"
+    """What a client leaving does to its generation: `cancel` closes the upstream connection (the server
+    aborts it); `drain` reads it to its end on its held slot, for a server that must not be aborted
+    mid-generation (request/drain.py)."""
     peer: Peer = msgspec.field(default_factory=Peer)
     """Kind peer (docs/several-boxes.md): which of the peer's models are served here, and loaded first."""
 
@@ -202,7 +235,10 @@ FIM_PRESETS: dict[str, Fim] = {
 }
 
 
-MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio")
+MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", "insert", "audio",
+                      # the relayed kinds (surfaces/media/): `speech` lists a model (and asks its
+                      # backends for voices) in /v1/audio/models and /v1/audio/voices
+                      "speech", "transcription", "rerank", "image")
 
 
 class Model(msgspec.Struct, forbid_unknown_fields=True):
@@ -307,6 +343,12 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True):
     """Tools in one request."""
     max_header_bytes: int = 16 * 1024
     """One request header line."""
+    max_upload_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 25 * 1024 * 1024
+    """An audio or image upload (multipart: transcriptions, translations, image edits), streamed to the
+    backend as it arrives: past this, 413 (OpenAI's own limit is 25 MB)."""
+    max_form_head_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    """Of an upload, what is kept in memory before the form's `model` is known (surfaces/media/form.py): a
+    file sent before the model and larger than this goes to a temporary file on disk."""
 
 
 class Connections(msgspec.Struct, forbid_unknown_fields=True):
@@ -354,6 +396,10 @@ class Responses(msgspec.Struct, forbid_unknown_fields=True):
 
     store: ResponseStore = msgspec.field(default_factory=ResponseStore)
     """Where stored responses are kept."""
+    reasoning_as_summary: bool = False
+    """`reasoning.summary` asked for: false gives the raw reasoning as `content` (`reasoning_text`) with
+    `summary: []`, as vLLM's own Responses server answers; true gives it as the summary instead, for clients
+    that read only summaries (docs/responses.md)."""
 
 
 class Usage(msgspec.Struct, forbid_unknown_fields=True):
@@ -688,6 +734,14 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         elif b.kind in _UNDER_V1 and not parts.path.rstrip("/").endswith("/v1"):
             problems.append(f"{p}.url: {b.url!r}: {_UNDER_V1[b.kind]} serves its OpenAI-compatible API under /v1 "
                             f"(did you mean {b.url.rstrip('/')}/v1?)")
+        if b.health_path is not None and not b.health_path.startswith("/"):
+            problems.append(f"{p}.health_path: {b.health_path!r} must be a path from the server's root, "
+                            "starting with /")
+        for endpoint, path in b.paths.items():
+            if endpoint not in MEDIA_ENDPOINTS:
+                problems.append(f"{p}.paths.{endpoint}: no such endpoint (known: {', '.join(MEDIA_ENDPOINTS)})")
+            elif not path.startswith("/"):
+                problems.append(f"{p}.paths.{endpoint}: {path!r} must be a path from the server's root, starting with /")
         if b.run is not None:
             problems += _check_run(cfg, p, b)
         if b.kind == "peer" and b.run is not None:

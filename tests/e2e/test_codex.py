@@ -91,6 +91,7 @@ def codex_home(home: Path, base_url: str, model: str = "reasoning") -> None:
     (home / ".codex" / "config.toml").write_text(f"""\
 model = "{model}"
 model_provider = "homelab"
+show_raw_agent_reasoning = true
 
 [model_providers.homelab]
 name = "homelab"
@@ -140,7 +141,8 @@ def test_codex_runs_the_shell_tool_through_the_gateway(codex_cli, stack, tmp_pat
     assert proxy.exchanges[0].headers.get("x-codex-beta-features") == "remote_compaction_v2", why
     first = proxy.exchanges[0].body
     assert first["stream"] is True and first["store"] is False and "reasoning.encrypted_content" in first["include"]
-    # Codex asks for a reasoning summary: the reasoning text is given as one, and Codex shows it
+    # Codex asks for a reasoning summary; the raw reasoning comes as vLLM sends it (content, not a
+    # summary), and Codex shows it with show_raw_agent_reasoning
     assert first["reasoning"].get("summary") == "auto", first["reasoning"]
     assert "Let me think about" in done.stdout + done.stderr, why
     assert any(t.get("type") == "namespace" for t in first["tools"]) and any(t.get("type") == "web_search" for t in first["tools"])

@@ -181,7 +181,8 @@ def _usage_bars(driver) -> list[dict]:
         const out = [];
         for (const svg of ["usage-keys", "usage-models"])
           for (const r of document.querySelectorAll("#" + svg + " rect"))
-            out.push({chart: svg, group: r.dataset.group, start: Number(r.dataset.start), tokens: Number(r.dataset.tokens)});
+            out.push({chart: svg, group: r.dataset.group, start: Number(r.dataset.start), tokens: Number(r.dataset.tokens),
+                      measure: r.dataset.measure});
         return out;""")
 
 
@@ -229,6 +230,44 @@ def test_dashboard_draws_usage_per_key_and_model_and_budget_use(browser, vllm_st
         logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and gw.url in e["message"]
                 or e["source"] in ("javascript", "security")]
         assert not logs, logs  # no CSP violation, no script error
+
+
+def test_dashboard_charts_the_relayed_calls_units(browser):
+    """Rerank, speech and images are charted in their own units (documents, characters, images),
+    switched with the measure buttons; the totals table names them."""
+    from stubproc import start_stub
+
+    with start_stub("kokoro") as kokoro, start_stub("vllm", "--model", "rr-up") as vllm, start_stub("sdcpp") as sd:
+        cfg = {"backends": {"k": {"url": kokoro.base, "kind": "openai"}, "v": {"url": vllm.base, "kind": "vllm"},
+                            "sd": {"url": sd.base, "kind": "openai"}},
+               "models": {"tts-1": {"backend": "k", "upstream_model": "kokoro"},
+                          "rr": {"backend": "v", "upstream_model": "rr-up"},
+                          "sd": {"backend": "sd", "upstream_model": "sd-cpp-local"}},
+               "auth": {"admin_key_env": "HLF_DASH_ADMIN"}}
+        with Gateway(cfg, env={"HLF_DASH_ADMIN": ADMIN_KEY}) as gw:
+            wait_for(lambda: all(b["up"] for b in gw.admin(ADMIN)["backends"].values()), 10)
+            assert post_raw(gw.url + "/v1/audio/speech", {"model": "tts-1", "input": "twelve chars"})[0] == 200
+            assert post_raw(gw.url + "/v1/rerank", {"model": "rr", "query": "q", "documents": ["a", "b", "c"]})[0] == 200
+            assert post_raw(gw.url + "/v1/images/generations", {"model": "sd", "prompt": "x", "n": 2,
+                                                                "size": "8x8"})[0] == 200
+            wait_for(lambda: sum(r["images"] for r in gw.get("/admin/usage", ADMIN)[1]["rows"]) == 2, 5)
+
+            browser.get(gw.url + "/")
+            browser.execute_script(f"sessionStorage.setItem('hlf-admin-key', {ADMIN_KEY!r})")
+            browser.refresh()
+            browser.get_log("browser")
+            until(browser, lambda: css(browser, "#usage") and css(browser, "#usage")[0].is_displayed())
+            for measure, model, want in (("characters", "tts-1", 12), ("documents", "rr", 3), ("images", "sd", 2)):
+                css(browser, f'#usage button[data-measure="{measure}"]')[0].click()
+                until(browser, lambda: (bs := _usage_bars(browser)) and all(
+                    b["measure"] == measure for b in bs))
+                bars = [b for b in _usage_bars(browser) if b["chart"] == "usage-models"]
+                assert {b["group"] for b in bars} == {model} and sum(b["tokens"] for b in bars) == want
+            row = '#usage-totals tr[data-model="rr"] td.units'
+            until(browser, lambda: text(browser, row) == "3 documents")
+            logs = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"
+                    or e["source"] in ("javascript", "security")]
+            assert not logs, logs
 
 
 def test_dashboard_shows_managed_backend_states_and_starts_and_stops_them(browser):

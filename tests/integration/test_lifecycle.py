@@ -93,8 +93,10 @@ def test_waiting_for_a_load_shows_phase_loading_and_the_queue_timeout_does_not_r
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic", "responses"])
 def test_a_failed_start_answers_at_once_with_503_naming_backend_exit_status_and_log(dialect):
+    # loading_keepalive_s 0: a stream waiting for the load gets no early headers, so its refusal is
+    # a status (with them, an in-stream error: tests/integration/test_loading.py)
     cfg = config_for({"a": stub_backend("vllm", "--exit-at-start", "3", backoff_s=30)},
-                     {"m": {"backend": "a"}}, resources={"gpu": 1})
+                     {"m": {"backend": "a"}}, resources={"gpu": 1}, lifecycle={"loading_keepalive_s": 0})
     with Gateway(cfg) as gw:
         t0 = time.monotonic()
         status, hdrs, raw = chat(gw, "m", dialect=dialect, stream=True)
@@ -264,12 +266,12 @@ def test_reload_restarts_a_changed_backend_once_idle_and_stops_a_removed_one():
         assert view["a"]["pid"] not in (None, pa) and "b" not in view
 
 
-def test_a_streaming_anthropic_client_gets_no_headers_while_its_backend_loads():
+def test_a_streaming_anthropic_client_gets_no_headers_while_its_backend_loads_when_loading_keepalives_are_off():
     import socket
 
     from rawhttp import _request_bytes
     cfg = config_for({"a": stub_backend("vllm", "--start-delay-s", "2")}, {"m": {"backend": "a"}},
-                     resources={"gpu": 1})
+                     resources={"gpu": 1}, lifecycle={"loading_keepalive_s": 0})
     with Gateway(cfg) as gw:
         addr, req = _request_bytes(gw.base + "/messages", {
             "model": "m", "stream": True, "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]})

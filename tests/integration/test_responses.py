@@ -297,18 +297,47 @@ def test_input_items_lists_a_responses_input_newest_first(client, stubs):
         client.responses.input_items.list("resp_" + "0" * 24)
 
 
-def test_a_requested_reasoning_summary_carries_the_reasoning(client, stubs):
+def test_a_requested_reasoning_summary_gets_the_raw_reasoning_as_vllm_answers(client, stubs):
+    """vLLM's own Responses server ignores `reasoning.summary`: the raw reasoning is the item's
+    `content` (`reasoning_text`), `summary` is empty, streamed as `reasoning_text` deltas."""
     r = client.responses.create(model="reasoning", input="hi [stub reasoning=3 content=2]",
                                 reasoning={"effort": "high", "summary": "auto"}, store=False)
     rs = r.output[0]
-    assert rs.type == "reasoning" and rs.summary[0].type == "summary_text" and rs.summary[0].text == "Let me think "
+    assert rs.type == "reasoning" and rs.summary == [] and rs.content[0].type == "reasoning_text"
+    assert rs.content[0].text == "Let me think "
     with client.responses.stream(model="reasoning", input="hi [stub reasoning=3 content=2]",
-                                 reasoning={"effort": "high", "summary": "auto"}, store=False) as s:
-        deltas = "".join(ev.delta for ev in s if ev.type == "response.reasoning_summary_text.delta")
+                                 reasoning={"effort": "high", "summary": "detailed"}, store=False) as s:
+        kinds = []
+        deltas = ""
+        for ev in s:
+            kinds.append(ev.type)
+            if ev.type == "response.reasoning_text.delta":
+                deltas += ev.delta
         final = s.get_final_response()
-    assert deltas == "Let me think " and final.output[0].summary[0].text == deltas
+    assert not any(k.startswith("response.reasoning_summary") for k in kinds), kinds
+    assert deltas == "Let me think " and final.output[0].content[0].text == deltas and final.output[0].summary == []
+    assert final.output_text
     assert final.usage.output_tokens_details.reasoning_tokens == 3
     assert final.usage.input_tokens_details.cached_tokens is not None
+
+
+def test_reasoning_as_summary_when_the_operator_says_so(vllm_stub, ollama_stub):
+    """`responses.reasoning_as_summary: true`: the raw reasoning is the summary a client asked
+    for (one `summary_text` part, `content` empty); a request that asks none still gets `content`."""
+    cfg = standard_config(vllm_stub.base, ollama_stub.base, responses={"reasoning_as_summary": True})
+    with Gateway(cfg) as gw:
+        client = openai.OpenAI(base_url=gw.base, api_key="unused", max_retries=0)
+        r = client.responses.create(model="reasoning", input="hi [stub reasoning=3 content=2]",
+                                    reasoning={"effort": "high", "summary": "auto"}, store=False)
+        rs = r.output[0]
+        assert rs.summary[0].type == "summary_text" and rs.summary[0].text == "Let me think " and rs.content == []
+        with client.responses.stream(model="reasoning", input="hi [stub reasoning=3 content=2]",
+                                     reasoning={"effort": "high", "summary": "auto"}, store=False) as s:
+            deltas = "".join(ev.delta for ev in s if ev.type == "response.reasoning_summary_text.delta")
+            final = s.get_final_response()
+        assert deltas == "Let me think " and final.output[0].summary[0].text == deltas
+        plain = client.responses.create(model="reasoning", input="hi [stub reasoning=3 content=2]", store=False)
+        assert plain.output[0].summary == [] and plain.output[0].content[0].text == "Let me think "
 
 
 def test_another_keys_items_are_404(vllm_stub, ollama_stub):

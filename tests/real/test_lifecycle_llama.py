@@ -18,7 +18,7 @@ import pytest
 from gwproc import Gateway, config_for
 from llamaproc import ALIAS, BIN, GGUF, TEMPLATE, require_llama
 from managed import alive, backends, group_members, port_closed, wait_gone, wait_state
-from rawhttp import post_raw, sse_events
+from rawhttp import post_raw, sse_events, stream_on_thread
 from stubproc import free_port, wait_for
 
 pytestmark = pytest.mark.timeout(420)
@@ -158,3 +158,27 @@ def test_the_gateway_ending_leaves_no_llama_server_it_started(sig):
             t.join(30)
     finally:
         gw.stop()
+
+
+def test_a_stream_sees_the_load_and_a_clients_keep_alive_stops_the_real_server():
+    """The real llama-server, cold: a streaming OpenAI client gets the loading comment while the
+    gateway still has the backend `starting`, then its answer; the `keep_alive` it sent ("1s", as
+    clients of Ollama's /v1 send it) stops the server a second after the answer (its pid gone,
+    its port closed)."""
+    require_llama()
+    port = free_port()
+    cfg = config_for({"a": llama_backend(port)}, {"gemma": {"backend": "a", "upstream_model": ALIAS}},
+                     resources={"gpu": 1}, lifecycle={"loading_keepalive_s": 0.5})
+    with Gateway(cfg) as gw:
+        chunks, done = stream_on_thread(gw.base + "/chat/completions", {
+            "model": "gemma", "stream": True, "max_tokens": 8, "keep_alive": "1s",
+            "messages": [{"role": "user", "content": "Say hello."}]}, {}, timeout=240)
+        wait_for(lambda: b': loading model "gemma"' in b"".join(chunks), 60)
+        pid = wait_for(lambda: backends(gw)["a"]["pid"], 60)  # spawned (the comment came while it loaded)
+        assert done.wait(240)
+        body = b"".join(chunks)
+        assert b'"content":' in body and b"data: [DONE]" in body, body[-500:]
+        assert backends(gw)["a"]["idle_ttl_s"] == 1.0
+        wait_state(gw, "a", "stopped", timeout=60)
+        wait_gone(pid)
+        assert port_closed(port)

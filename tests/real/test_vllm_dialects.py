@@ -170,6 +170,35 @@ def test_responses_reasoning_answer(oai, idle_vllm, stream):
     assert r.usage.output_tokens_details.reasoning_tokens == reasoning_tokens > 0
 
 
+def test_a_requested_reasoning_summary_is_answered_as_vllms_own_responses_server_answers_it(oai, idle_vllm):
+    """`reasoning.summary` asked, streamed with the openai SDK's helper, from vLLM's own
+    /v1/responses and through the gateway: the same reasoning item (raw text as `content`
+    `reasoning_text`, `summary` empty) and the same events for it (no `reasoning_summary_*`)."""
+    from vllmproc import SERVED
+
+    kw = dict(store=False, max_output_tokens=200, reasoning={"effort": "medium", "summary": "auto"},
+              input="What is 2+2? (summary) " + directive("reason"))
+
+    def run(client, model):
+        with client.responses.stream(model=model, **kw) as s:
+            kinds = [e.type for e in s]
+            return kinds, s.get_final_response()
+
+    own_kinds, own = run(openai.OpenAI(base_url=idle_vllm.base, api_key="x", max_retries=0), SERVED)
+    wait_for(idle_vllm.idle, timeout=60, interval=0.1)
+    our_kinds, ours = run(oai, MODEL)
+
+    def reasoning_events(kinds):
+        return [k for k in kinds if "reasoning" in k]
+
+    assert reasoning_events(our_kinds) == reasoning_events(own_kinds), (our_kinds, own_kinds)
+    assert not any("summary" in k for k in our_kinds)
+    for r in (own, ours):
+        item = r.output[0]
+        assert item.type == "reasoning" and item.summary == [] and item.content[0].type == "reasoning_text"
+    assert ours.output[0].content[0].text == own.output[0].content[0].text == REASON.reasoning
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_gemini_reasoning_answer(gem, idle_vllm, stream):
     contents = f"What is 2+2? (gemini {stream}) " + directive("reason")

@@ -144,7 +144,7 @@ def test_model_capabilities_for_ollamas_show_only_known_names():
         cfgmod.parse({**base, "models": {"a": {"backend": "g", "capabilities": ["tools", "telepathy"]}}})
     assert info.value.problems == [
         "models.a.capabilities[1]: unknown capability 'telepathy' "
-        "(known: completion, tools, thinking, vision, embedding, insert, audio)"]
+        "(known: completion, tools, thinking, vision, embedding, insert, audio, speech, transcription, rerank, image)"]
 
 
 # -- managed backends (run:) ------------------------------------------------------------------
@@ -339,7 +339,7 @@ def test_two_backends_on_one_server_are_a_warning_naming_both():
 def test_an_invalid_enum_value_names_the_valid_ones():
     with pytest.raises(cfgmod.ConfigError) as ei:
         cfgmod.parse({"backends": {"g": {"url": "http://h/v1", "kind": "VLLM"}}, "models": {"m": {"backend": "g"}}})
-    assert ei.value.problems == ["backends.g.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai, peer)"]
+    assert ei.value.problems == ["backends.g.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai, whispercpp, peer)"]
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -425,3 +425,22 @@ def test_each_value_out_of_range_is_said_once_whatever_else_is_wrong(bad):
     with pytest.raises(cfgmod.ConfigError) as ei:
         cfgmod.parse(raw)
     assert sorted(ei.value.problems) == sorted(f"backends.g.{k}: {_OUT_OF_RANGE[k][1]}" for k in bad)
+
+
+def test_relayed_endpoints_config_health_path_paths_and_upload_limits():
+    base = {"backends": {"w": {"url": "http://h:1", "kind": "whispercpp", "paths": {"transcriptions": "/asr"},
+                               "health_path": "/health"}},
+            "models": {"whisper-1": {"backend": "w", "capabilities": ["transcription"]}}}
+    cfg = cfgmod.parse(base)
+    assert cfg.backends["w"].paths == {"transcriptions": "/asr"}
+    assert cfg.limits.max_upload_bytes == 25 * 1024 * 1024 and cfg.limits.max_form_head_bytes == 1024 * 1024
+    with pytest.raises(cfgmod.ConfigError) as info:
+        cfgmod.parse({**base, "backends": {"w": {"url": "http://h:1", "paths": {"transcribe": "/x", "speech": "y"},
+                                                 "health_path": "health"}},
+                      "limits": {"max_upload_bytes": 10}})
+    assert info.value.problems == [
+        "limits.max_upload_bytes: must be at least 1024, got 10",
+        "backends.w.health_path: 'health' must be a path from the server's root, starting with /",
+        "backends.w.paths.transcribe: no such endpoint (known: rerank, rerank_v2, score, transcriptions, "
+        "translations, speech, voices, audio_models, image_generations, image_edits)",
+        "backends.w.paths.speech: 'y' must be a path from the server's root, starting with /"]

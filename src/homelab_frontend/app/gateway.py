@@ -240,6 +240,9 @@ class Gateway:
                 self.tracing.remember_prompt(t, body)
         return body
 
+    def note_body(self, request: web.Request, size: int) -> None:
+        request[BODY_BYTES] = size
+
     async def parse(self, body: bytes, parse: Callable[[bytes], T]) -> T:
         """The limits check and the dialect's parse of a request body. A large body is handled
         on a worker thread: its decode and depth walk take long enough (seconds, for megabytes

@@ -23,6 +23,7 @@ from ..request.tracker import Tracked, new_request_id
 from ..surfaces.anthropic import errors as anthropic_errors
 from ..surfaces.completions import errors as infill_errors
 from ..surfaces.gemini import errors as gemini_errors
+from ..surfaces.loading import EARLY, Early
 from ..surfaces.ollama import errors as ollama_errors
 from ..surfaces.openai import errors as openai_errors
 from ..surfaces.responses import errors as responses_errors
@@ -45,6 +46,11 @@ RENDERERS: dict[str, Renderer] = {
     "ollama": ollama_errors.render_error,
     "completions": openai_errors.render_error,  # legacy completions: OpenAI's own error shape
     "infill": infill_errors.render_error,
+    # the relayed calls (surfaces/media/): OpenAI's error shape, what their clients read
+    "rerank": openai_errors.render_error,
+    "transcription": openai_errors.render_error,
+    "speech": openai_errors.render_error,
+    "images": openai_errors.render_error,
 }
 
 
@@ -74,13 +80,13 @@ def surface(dialect: str, fn: Handler):
             t.status = resp.status
             return resp
         except GatewayError as err:
-            return _error_answer(request, t, err, render)
+            return await _error_answer(request, t, err, render)
         except asyncio.CancelledError:
             own = t.own_cancel_error()
             if own is None:
                 _client_left(t)
                 raise
-            return _error_answer(request, t, own, render)
+            return await _error_answer(request, t, own, render)
         except Exception as exc:
             if isinstance(exc, ConnectionResetError) and client_gone(request):
                 # A write to a client that already left, a moment before aiohttp cancels us.
@@ -88,14 +94,23 @@ def surface(dialect: str, fn: Handler):
                 raise asyncio.CancelledError() from None
             log.error("request %s failed:\n%s", t.id, traceback.format_exc())
             err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
-            return _error_answer(request, t, err, render)
+            return await _error_answer(request, t, err, render)
         finally:
-            gw.tracker.remove(t)
             t.key_name = Auth.key_name(request)
             t.body_bytes = request.get(BODY_BYTES)
-            gw.observe(t, request.path)
+            if t.drain is not None and not t.drain.done():
+                # a backend that must not be aborted (request/drain.py): the record stays live,
+                # in phase draining, and is observed once the upstream answer has ended
+                t.drain.add_done_callback(lambda _: _finished(gw, t, request.path))
+            else:
+                _finished(gw, t, request.path)
 
     return handler
+
+
+def _finished(gw: Gateway, t: Tracked, path: str) -> None:
+    gw.tracker.remove(t)
+    gw.observe(t, path)
 
 
 def endpoint(request: web.Request) -> str:
@@ -118,18 +133,32 @@ def _client_left(t: Tracked) -> None:
     t.status = 499  # nginx's "client closed request": nothing was sent
 
 
-def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -> web.Response:
+async def _error_answer(request: web.Request, t: Tracked, err: GatewayError, render) -> web.StreamResponse:
     """The error in the caller's dialect, unless the answer has already begun on the wire (a
     stream that failed, or was cancelled by the gateway, while its last bytes were still being
     written to a client that stopped reading): aiohttp would then write the error response
     inside the first one's body. The connection is cut instead, the one signal left, and the
     access log keeps the status the client got (an answer begins only as a 200: every error
     before that is rendered whole)."""
+    early = request.pop(EARLY, None)
+    if early is not None:  # its headers went out while its model loaded (surfaces/loading.py)
+        return await _early_failure(t, err, early)
     if request.writer.output_size:
         t.fail(err.kind)
         t.status = t.status or 200
         raise asyncio.CancelledError()
     return _error_response(t, err, render)
+
+
+async def _early_failure(t: Tracked, err: GatewayError, early: Early) -> web.StreamResponse:
+    """A stream whose headers went out while its model loaded, failed before its answer began
+    (the start failed, the queue timed out): the error as the dialect's in-stream frame, which is
+    all a stream can still say, and the end of the stream. The status its headers said was 200."""
+    t.end(FAILED, err.kind, begun=False)
+    t.status = 200
+    await early.out.write(early.fail(err))
+    await early.out.write_eof()
+    return early.out
 
 
 def _error_response(t: Tracked, err: GatewayError, render) -> web.Response:

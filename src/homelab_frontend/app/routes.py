@@ -11,6 +11,7 @@ from ..surfaces import count_tokens
 from ..surfaces.anthropic import handler as anthropic_surface
 from ..surfaces.completions import handler as completions_surface
 from ..surfaces.gemini import handler as gemini_surface
+from ..surfaces.media import handler as media
 from ..surfaces.ollama import handler as ollama_surface
 from ..surfaces.openai import handler as openai_surface
 from ..surfaces.responses import handler as responses_surface
@@ -102,6 +103,16 @@ def build_app(gw: Gateway) -> web.Application:
         r.add_post(f"{v1}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
         r.add_post(f"{v1}/embeddings", surface("openai", openai_surface.embeddings), **x)
         r.add_post(f"{v1}/tokenize", surface("openai", count_tokens.tokenize), **x)  # for a front (peers)
+        # the relayed calls (surfaces/media/): rerank, speech, images
+        r.add_post(f"{v1}/rerank", surface("rerank", media.rerank), **x)
+        r.add_post(f"{v1}/score", surface("rerank", media.score), **x)
+        r.add_post(f"{v1}/audio/transcriptions", surface("transcription", media.transcriptions), **x)
+        r.add_post(f"{v1}/audio/translations", surface("transcription", media.translations), **x)
+        r.add_post(f"{v1}/audio/speech", surface("speech", media.speech), **x)
+        r.add_get(f"{v1}/audio/models", surface("speech", media.audio_models), **x)
+        r.add_get(f"{v1}/audio/voices", surface("speech", media.audio_voices), **x)
+        r.add_post(f"{v1}/images/generations", surface("images", media.image_generations), **x)
+        r.add_post(f"{v1}/images/edits", surface("images", media.image_edits), **x)
         r.add_post(f"{v1}/completions", surface("completions", completions_surface.completions), **x)
         r.add_post(f"{v1}/messages", surface("anthropic", anthropic_surface.messages), **x)
         r.add_post(f"{v1}/messages/count_tokens", surface("anthropic", anthropic_surface.count_tokens), **x)
@@ -132,9 +143,16 @@ def build_app(gw: Gateway) -> web.Application:
         for managed in ("pull", "push", "create", "copy", "delete", "blobs", "blobs/{digest}"):
             r.add_route("*", f"{api}/{managed}", surface("ollama", ollama_surface.unmanaged), **x)
         r.add_route("*", f"{api}/{{tail:.*}}", _unknown("ollama"), **x)
-    # llama.cpp's fill-in-the-middle endpoint, where llama.vscode looks for it (at the host's root)
-    for infill in ("/infill", "/llm/infill"):
-        r.add_post(infill, surface("infill", completions_surface.infill), **x)
+    # rerank where Jina's, Cohere's and llama.cpp's clients look for it (at the host's root)
+    for base in ("", "/llm"):
+        r.add_post(f"{base}/rerank", surface("rerank", media.rerank), **x)
+        r.add_post(f"{base}/score", surface("rerank", media.score), **x)
+        r.add_post(f"{base}/v2/rerank", surface("rerank", media.rerank_v2), **x)
+    # llama.cpp's fill-in-the-middle endpoint, where llama.vim and llama.vscode look for it (at the
+    # host's root), and its native completion (Continue's and Twinny's llama.cpp providers)
+    for at in ("", "/llm"):
+        r.add_post(f"{at}/infill", surface("infill", completions_surface.infill), **x)
+        r.add_post(f"{at}/completion", surface("infill", completions_surface.native_completion), **x)
     r.add_route("*", "/v1/{tail:.*}", _unknown("openai"), **x)
     # Claude Code warms its connection with `HEAD $ANTHROPIC_BASE_URL`, i.e. HEAD /llm (or /llm/).
     r.add_get("/llm", healthz)

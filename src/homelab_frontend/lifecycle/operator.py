@@ -1,4 +1,4 @@
-"""What the operator (the admin API) and a client's keep_alive (Ollama's API) ask of the fleet:
+"""What the operator (the admin API) and a client's keep_alive (keep_alive.py) ask of the fleet:
 start a backend now, stop it once its requests are done, keep it up so long, and the view."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from . import policy
+from .keep_alive import Forever, unloads
 from .policy import State
 from .unit import Managed
 
@@ -37,18 +38,21 @@ class OperatorApi:
         self.kick()
         return u.as_dict()
 
-    def keep_alive(self, name: str, seconds: float | None) -> None:
-        """A client's `keep_alive` (Ollama's API): the backend stays up this long after its last
-        request (None: until swapped out or stopped), in place of `run.idle_ttl_s` until the next
-        one says otherwise; 0 unloads it once its running requests finish, as Ollama does."""
+    def keep_alive(self, name: str, asked: float | Forever, *, prompt: bool = True) -> None:
+        """A client's `keep_alive` (keep_alive.py): the backend's idle time from this request on,
+        within what its `run.client_keep_alive` allows; 0 without a prompt unloads it once its
+        running requests finish, as Ollama does."""
         u = self.units.get(name)
         if u is None or u.removed:
             return
-        if seconds == 0:
-            u.keep_alive = None
+        rule = u.run.client_keep_alive
+        if not rule.honour:
+            return
+        if unloads(asked, rule, prompt=prompt):
+            u.keep_alive = None  # started again later, it has the operator's idle time
             self.unwant(name)
             return
-        u.keep_alive = (seconds,)
+        u.keep_alive = asked
         self.kick()
 
     def snapshot(self) -> list[dict]:

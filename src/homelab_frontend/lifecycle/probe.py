@@ -1,6 +1,7 @@
 """The HTTP side of a managed backend's life: is it ready, and vLLM's sleep mode.
 
-Readiness is `GET ready_url` (default `<url>/models`) answering 200: vLLM binds its port only
+Readiness is `GET ready_url` (default `<url>/models`, or the server's root + the backend's
+`health_path` for a server without /v1/models, such as whisper.cpp's /health) answering 200: vLLM binds its port only
 once the model is loaded; llama-server binds at once and answers 503 "Loading model" until it
 is. vLLM's sleep endpoints sit at the server's root, beside /v1, and exist only with
 `VLLM_SERVER_DEV_MODE=1` and `--enable-sleep-mode`: `POST /sleep?level=N` returns when the
@@ -15,13 +16,17 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from .. import config as cfgmod
+from ..upstream import backend_kind
 
 TIMEOUT_S = 2.0
 
 
 def ready_url(b: cfgmod.Backend) -> str:
     assert b.run is not None
-    return b.run.ready_url or b.url.rstrip("/") + "/models"
+    if b.run.ready_url:
+        return b.run.ready_url
+    health = backend_kind.health_path(b)
+    return root_url(b) + health if health is not None else b.url.rstrip("/") + "/models"
 
 
 def root_url(b: cfgmod.Backend) -> str:

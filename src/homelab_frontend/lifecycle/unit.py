@@ -15,6 +15,7 @@ from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
 from . import policy
+from .keep_alive import Forever, idle_ttl
 from .logring import LogRing
 from .machine import Event, Goal, next_state
 from .policy import State
@@ -61,8 +62,8 @@ class Managed:
         self.wanted_at: float | None = None  # preload / operator's start
         self.effect: asyncio.Task | None = None  # the start or stop in flight (state starting/stopping)
         self.remote: dict | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
-        # A client's keep_alive (Ollama's API) in place of run.idle_ttl_s: (seconds or None: never)
-        self.keep_alive: tuple[float | None] | None = None
+        # A client's keep_alive (keep_alive.py) in place of run.idle_ttl_s, within run.client_keep_alive
+        self.keep_alive: float | Forever | None = None
 
     @property
     def run(self) -> cfgmod.Run:
@@ -118,7 +119,8 @@ class Managed:
 
     @property
     def idle_ttl_s(self) -> float | None:
-        return self.keep_alive[0] if self.keep_alive is not None else self.run.idle_ttl_s
+        run = self.run
+        return idle_ttl(self.keep_alive, run.client_keep_alive, run.idle_ttl_s)
 
     def as_dict(self) -> dict:
         in_use = self.pool.in_use if self.pool is not None else 0

@@ -53,6 +53,8 @@ class AccessLog:
             "tokens_cached": t.tokens_cached,
             "affinity": t.affinity,
         }
+        if t.drained is not None:  # on_client_gone: drain (request/drain.py): how the upstream ended
+            line["drained"] = t.drained
         try:
             if self._file is not None:
                 self._file.write(_encode(line) + b"\n")

@@ -24,10 +24,26 @@ log = logging.getLogger("homelab_frontend")
 
 
 async def probe(state: BackendState, client: UpstreamClient) -> object:
-    """Mark the backend up or down, and learn its models' context lengths on the way. -> the
-    models list it answered (a peer's says more: app/peers.py), None when it is down."""
+    """Mark the backend up or down, and learn its models' context lengths on the way. A server
+    without GET /v1/models (whisper.cpp's, a `health_path` in its config) is up when its health
+    path answers 200; it has no model list to learn from. -> the models list it answered (a
+    peer's says more: app/peers.py), None when it is down or has none."""
+    timeout_s = min(5.0, state.cfg.health_interval_s)
+    path = backend_kind.health_path(state.cfg)
+    if path is not None:
+        try:
+            await client.get_text(path, timeout_s=timeout_s)
+        except GatewayError as err:
+            if state.up:
+                log.warning("backend %s is down: %s", state.name, err.message)
+            state.up, state.last_error = False, err.message
+            return None
+        if not state.up:
+            log.warning("backend %s is up again", state.name)
+        state.up, state.last_error = True, None
+        return None
     try:
-        doc = await client.get_json("/models", timeout_s=min(5.0, state.cfg.health_interval_s))
+        doc = await client.get_json("/models", timeout_s=timeout_s)
         if state.auto_kind:
             _detect(state, doc)
         state.model_lens = context_lengths(doc)

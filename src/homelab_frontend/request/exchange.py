@@ -51,9 +51,9 @@ from ..errors import GatewayError
 from ..policy.auth import ANONYMOUS, PERSON_HEADER, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
-from ..upstream.client import UpstreamClient, UpstreamFailure
+from ..upstream.client import StreamedBody, UpstreamClient, UpstreamFailure
 from ..upstream.prompt_count import can_count, count_prompt
-from . import failover
+from . import drain, failover
 
 T = TypeVar("T")
 
@@ -90,6 +90,7 @@ class Exchange:
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
         self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
+        self._posting: asyncio.Task | None = None  # on_client_gone drain: the upstream request, until it answers
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
@@ -190,9 +191,11 @@ class Exchange:
         await self._take(alt)
         return True
 
-    async def open(self, path: str, body: bytes, *, stream: bool, root: bool = False) -> aiohttp.ClientResponse:
+    async def open(self, path: str, body: bytes | StreamedBody, *, stream: bool, root: bool = False,
+                   headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         """POST `body` to the backend's `path` (under its /v1 base URL; `root`: under its root,
-        for llama.cpp's own endpoints such as /infill)."""
+        for llama.cpp's own endpoints such as /infill). `headers`: a relayed body's own (an
+        upload's content type and length)."""
         assert self.backend is not None
         self.t.phase = CONNECTING
         if self._watch is None:
@@ -202,14 +205,29 @@ class Exchange:
         t0 = time.monotonic()
         try:
             trace = self.t.trace
-            headers = self._peer_headers()
+            peer = self._peer_headers()
+            if peer is not None:
+                headers = {**(headers or {}), **peer}
             if trace is not None:
                 headers = {**(headers or {}), **trace.upstream_headers()}
-            self.resp = await (client.post(path, body, root=root) if headers is None
-                               else client.post(path, body, root=root, headers=headers))
+            posting = (client.post(path, body, root=root) if headers is None
+                       else client.post(path, body, root=root, headers=headers))
+            if self.backend.cfg.on_client_gone == "drain":
+                # the request stays on its way even when this task is cancelled before the
+                # answer's headers (a whole answer's come at its end): drain.py reads it then
+                pending = self._posting = self._loop.create_task(posting)
+                try:
+                    self.resp = await asyncio.shield(pending)
+                finally:
+                    if pending.done():  # answered or failed: nothing left on its way
+                        self._posting = None
+            else:
+                self.resp = await posting
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
-            if isinstance(err, UpstreamFailure) and err.cause in failover.CONNECTION_CAUSES:
+            if not isinstance(err, UpstreamFailure):
+                pass  # the client's own fault mid-upload (a StreamedBody's failure): says nothing of the backend
+            elif err.cause in failover.CONNECTION_CAUSES:
                 self.backend.connection_failed(err.message)
             else:
                 self.backend.passive.answered(False)
@@ -281,6 +299,10 @@ class Exchange:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._drains():
+            self._detach_drain()
+        if self.t.drain is not None:  # drain.py: its task gives the slot back once the answer ended
+            return
         closed = self._let_go_upstream()
         if self._held_since is None or not (self._opened and not self.complete):
             self._release_slot()
@@ -292,8 +314,34 @@ class Exchange:
         finally:
             self._release_slot()
 
+    def _drains(self) -> bool:
+        """An upstream answer still running on a backend that must not be aborted (drain.py)."""
+        b = self.backend
+        return (b is not None and b.cfg.on_client_gone == "drain" and (self.resp is not None or self._posting is not None)
+                and not self.complete and self._held_since is not None and self.t.drain is None)
+
+    def _detach_drain(self) -> None:
+        """Let the client go now; a task of its own reads the upstream answer to its end and
+        then gives the slot back (drain.py). The request's record follows that task: an
+        operator's cancel or shutdown (Tracker.cancel) then ends the drain."""
+        assert self.backend is not None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        if self._count is not None and not self._count.done():
+            self._count.cancel()
+        to = self.backend.cfg.timeouts
+        resp: asyncio.Task | aiohttp.ClientResponse | None = self.resp or self._posting
+        self.resp = self._posting = None
+        t = self.t
+        t.cancel_reason = None  # a cancel that ended the answer must not end the drain: a new one may
+        task = self._loop.create_task(drain.drain(t, resp, to.idle_s, to.total_s or to.nonstream_s, self._release_slot))
+        t.drain = t.task = task
+
     def close(self) -> None:
         """Idempotent and synchronous: it must run to the end even inside a cancellation."""
+        if self.t.drain is not None:  # drain.py: its task gives the slot back once the answer ended
+            return
         self._let_go_upstream()
         self._release_slot()
 
@@ -334,7 +382,10 @@ class Exchange:
         so a client too slow to take the error frame holds neither while it is written."""
         err = self.t.own_cancel_error()
         if err is not None:
-            self.close()
+            if self._drains():  # never aborted, not even by the gateway (drain.py)
+                self._detach_drain()
+            else:
+                self.close()
         return err
 
     async def drain(self, timeout_s: float = 0.5) -> None:

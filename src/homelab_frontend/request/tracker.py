@@ -31,8 +31,8 @@ class Tracked:
         "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
-        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered",
-        "client", "endpoint",
+        "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered", "units",
+        "drain", "drained", "client", "endpoint",
     )
 
     def __init__(self, rid: str, dialect: str, model: str, key_name: str | None, stream: bool):
@@ -73,6 +73,13 @@ class Tracked:
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
         self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
+        # on_client_gone: drain (request/drain.py): the task reading the upstream answer to its end
+        # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
+        self.drain: asyncio.Task | None = None
+        self.drained: str | None = None
+        # what a relayed call cost in its own units (surfaces/media/units.py): audio_seconds,
+        # characters, documents, images; None for a text generation
+        self.units: dict[str, float] | None = None
         # the client's address as believed: the peer's, or what a trusted proxy says (policy/forwarded.py)
         self.client = ""
         # the route it came in on, as the route is written (`/llm/v1/chat/completions`,

@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "max_tokens to the room left (vLLM 0.32)")
     parser.add_argument("--sleep-delay-s", type=float, default=0.1, help="vLLM: time POST /sleep takes")
     parser.add_argument("--wake-delay-s", type=float, default=0.3, help="vLLM: time POST /wake_up takes")
+    parser.add_argument("--no-rerank", action="store_true",
+                        help="llama.cpp: started without --reranking, /rerank answers its 501")
+    parser.add_argument("--request-path", default="", help="whisper.cpp: prefix of every route (its --request-path)")
+    parser.add_argument("--inference-path", default="/inference",
+                        help="whisper.cpp: the transcription route (its --inference-path)")
+    parser.add_argument("--upload-read-ms", type=int, default=0, metavar="MS",
+                        help="read every multipart upload slowly: wait MS after each 64 KiB")
     parser.add_argument("--no-fim", action="store_true",
                         help="llama.cpp: the model has no FIM tokens, /infill answers 501 (as Gemma 3 does)")
 
@@ -89,6 +96,10 @@ def config_from_args(args: argparse.Namespace) -> StubConfig:
         end_of_turn_id=args.end_of_turn_id,
         legacy_context_errors=args.legacy_context_errors,
         fim=not args.no_fim,
+        reranking=not args.no_rerank,
+        request_path=args.request_path,
+        inference_path=args.inference_path,
+        upload_read_ms=args.upload_read_ms,
     )
 
 

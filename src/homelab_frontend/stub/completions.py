@@ -13,9 +13,18 @@ Wire shapes, per flavour:
   string), a `choices: []` usage chunk with `stream_options.include_usage` (and usage on every
   chunk with `continuous_usage_stats`), `[DONE]`; `suffix` is refused with vLLM's 400;
 * llama.cpp: `chatcmpl-` ids (its completions share the chat id scheme), `system_fingerprint`,
-  the usage chunk with `timings`; `/infill` streams llama.cpp's own objects (`content`, `stop`,
-  `tokens_predicted`, `tokens_evaluated`, the last with `stop_type` and `timings`), no `[DONE]`;
-  a model without FIM tokens (`--no-fim`: Gemma 3) answers /infill with llama.cpp's 501;
+  the usage chunk with `timings`; `/infill` and `/completion` answer llama.cpp's own objects
+  (server-task.cpp `to_json_non_oaicompat`), no `[DONE]`: each streamed piece `{"index",
+  "content", "tokens": [id], "stop": false, "id_slot" (the one asked for, -1: any),
+  "tokens_predicted", "tokens_evaluated"}` (with `timings` on every one with `timings_per_token`, and
+  `completion_probabilities` with `n_probs`: `logprob`/`top_logprobs`, or `prob`/`top_probs`
+  with `post_sampling_probs`), then the last object with `stop: true`, `generation_settings`,
+  `prompt`, `truncated`, `stop_type`, `stopping_word`, `tokens_cached` and `timings` (streamed:
+  empty `content` and `tokens`; plain: all the text, the ids with `return_tokens`, every
+  piece's probabilities). `response_fields` trims the last object, and only it, to the paths
+  named, each flattened into one key (`timings/prompt_n`), paths naming nothing left out: `[""]`
+  answers `{}`, so a trimmed last object carries no `stop`. A model without FIM tokens
+  (`--no-fim`: Gemma 3) answers /infill with llama.cpp's 501;
 * Ollama: `cmpl-<n>` ids, `system_fingerprint: fp_ollama`, takes `suffix` (the real one renders
   its model's FIM template; the stub records it).
 """
@@ -119,7 +128,7 @@ def _timings(prompt: int, predicted: int) -> dict:
 
 async def _begin(request: web.Request, path: str):
     """Chat's opening (chat.begin), and a body that must be an object. -> (body, seq) or a Response."""
-    begun = await begin(request, keyed=path != "/infill")
+    begun = await begin(request, keyed=path not in ("/infill", "/completion"))
     if isinstance(begun, web.StreamResponse):
         return begun
     body, seq = begun
@@ -175,10 +184,26 @@ async def handle_infill(request: web.Request) -> web.StreamResponse:
     return await _play(request, state, flavour, body, seq, state.config.models[0], prompt_tokens, text, infill=True)
 
 
+async def handle_native_completion(request: web.Request) -> web.StreamResponse:
+    """llama.cpp's own `/completion`: a prompt, answered in /infill's objects."""
+    begun = await _begin(request, "/completion")
+    if isinstance(begun, web.StreamResponse):
+        return begun
+    body, seq = begun
+    state, flavour = request.app[STATE], request.app[FLAVOUR]
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        return json_response(flavour.error(400, '"prompt" must be provided'))
+    prompt_tokens = len(text_token_ids(prompt)) + 1  # the BOS token
+    return await _play(request, state, flavour, body, seq, state.config.models[0], prompt_tokens, prompt, infill=True)
+
+
 async def _play(request, state, flavour, body: dict, seq: int, model: str, prompt_tokens: int, text: str,
                 *, infill: bool) -> web.StreamResponse:
     directives = parse_directives(text)
     limit = _int(body.get("n_predict" if infill else "max_tokens"))
+    if infill and limit is None:  # llama.cpp's aliases of n_predict
+        limit = _int(body.get("max_tokens", body.get("max_completion_tokens")))
     if limit is None or limit < 0:
         limit = directives.content if directives.content is not None else DEFAULT_TOKENS
     delay = directives.delay_ms if directives.delay_ms is not None else state.config.token_delay_ms
@@ -191,7 +216,7 @@ async def _play(request, state, flavour, body: dict, seq: int, model: str, promp
         if directives.ttft_ms:
             await asyncio.sleep(directives.ttft_ms / 1000)
         if infill:
-            return await _infill(request, flavour, body, gen, model, prompt_tokens, stream)
+            return await _infill(request, flavour, body, gen, model, prompt_tokens, stream, text)
         return await _completion(request, flavour, body, gen, model, prompt_tokens, stream)
     except (asyncio.CancelledError, ConnectionResetError):
         gen.cancelled()
@@ -257,28 +282,105 @@ async def _completion(request, flavour, body: dict, gen: _Gen, model: str, promp
     return resp
 
 
-def _infill_final(gen: _Gen, model: str, prompt_tokens: int, content: str) -> dict:
-    stop_type = "word" if gen.stopped_by is not None else ("limit" if gen.finish == "length" else "eos")
-    return {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": model,
-            "tokens_predicted": gen.sent, "tokens_evaluated": prompt_tokens, "has_new_line": False,
-            "truncated": False, "stop_type": stop_type, "stopping_word": gen.stopped_by or "",
-            "tokens_cached": prompt_tokens + gen.sent, "timings": _timings(prompt_tokens, gen.sent)}
+def _nested_values(paths: list[str], doc: dict) -> dict:
+    """llama.cpp's json_get_nested_values: each path's value under the path; missing ones left out."""
+    out: dict = {}
+    for path in paths:
+        cur: Any = doc
+        for key in path.split("/"):
+            if not (isinstance(cur, dict) and key in cur):
+                break
+            cur = cur[key]
+        else:
+            out[path] = cur
+    return out
+
+
+def _n_probs(body: dict) -> int:
+    n = _int(body.get("n_probs"))
+    if n is None:
+        n = _int(body.get("logprobs"))  # llama.cpp's alias
+    return max(0, n or 0)
+
+
+def _probs(piece: str, tok: int, n: int, post: bool) -> dict:
+    """One token's `completion_probabilities` entry: the chosen token first among its top n."""
+    p, top = ("prob", "top_probs") if post else ("logprob", "top_logprobs")
+    value = (lambda i: 0.5 / (i + 1)) if post else (lambda i: -0.5 * (i + 1))
+    tops = [{"id": tok + i, "token": piece if i == 0 else f" alt{i}", "bytes": list((piece if i == 0 else f" alt{i}").encode()),
+             p: value(i)} for i in range(n)]
+    return {"id": tok, "token": piece, "bytes": list(piece.encode()), p: value(0), top: tops}
+
+
+def _settings(body: dict, limit: int, stream: bool) -> dict:
+    return {"seed": _int(body.get("seed")) if _int(body.get("seed")) is not None else 4294967295,
+            "temperature": body.get("temperature", 0.8), "top_k": body.get("top_k", 40),
+            "top_p": body.get("top_p", 0.95), "stop": _stops(body.get("stop")), "max_tokens": limit,
+            "n_predict": limit, "stream": stream, "n_probs": _n_probs(body),
+            "timings_per_token": body.get("timings_per_token") is True,
+            "post_sampling_probs": body.get("post_sampling_probs") is True}
+
+
+class _Native:
+    """llama.cpp's own objects for one /infill or /completion generation."""
+
+    def __init__(self, gen: _Gen, body: dict, model: str, prompt_tokens: int, prompt: str, stream: bool) -> None:
+        self.gen, self.body, self.model = gen, body, model
+        self.prompt_tokens, self.prompt, self.stream = prompt_tokens, prompt, stream
+        self.n_probs = _n_probs(body)
+        self.post = body.get("post_sampling_probs") is True
+        self.ids: list[int] = []
+        self.probs: list[dict] = []
+
+    def piece(self, text: str) -> dict:
+        gen = self.gen
+        tok = 1000 + gen.sent
+        self.ids.append(tok)
+        # a piece names the slot the request asked for (-1: any), the last object the one it ran in
+        asked = _int(self.body.get("id_slot"))
+        doc: dict = {"index": 0, "content": text, "tokens": [tok], "stop": False,
+                     "id_slot": asked if asked is not None else -1,
+                     "tokens_predicted": gen.sent, "tokens_evaluated": self.prompt_tokens}
+        if self.body.get("timings_per_token") is True:
+            doc["timings"] = _timings(self.prompt_tokens, gen.sent)
+        if self.n_probs:
+            entry = _probs(text, tok, self.n_probs, self.post)
+            self.probs.append(entry)
+            doc["completion_probabilities"] = [entry]
+        return doc
+
+    def last(self, content: str) -> dict:
+        gen = self.gen
+        stop_type = "word" if gen.stopped_by is not None else ("limit" if gen.finish == "length" else "eos")
+        doc = {"index": 0, "content": content,
+               "tokens": self.ids if not self.stream and self.body.get("return_tokens") is True else [],
+               "id_slot": max(0, _int(self.body.get("id_slot")) or 0), "stop": True, "model": self.model, "tokens_predicted": gen.sent,
+               "tokens_evaluated": self.prompt_tokens, "generation_settings": _settings(self.body, gen.limit, self.stream),
+               "prompt": self.prompt, "has_new_line": "\n" in gen.text, "truncated": False, "stop_type": stop_type,
+               "stopping_word": gen.stopped_by or "", "tokens_cached": self.prompt_tokens + gen.sent,
+               "timings": _timings(self.prompt_tokens, gen.sent)}
+        if not self.stream and self.probs:
+            doc["completion_probabilities"] = self.probs
+        fields = self.body.get("response_fields")
+        if isinstance(fields, list) and fields:
+            return _nested_values([f for f in fields if isinstance(f, str)], doc)
+        return doc
 
 
 async def _infill(request, flavour, body: dict, gen: _Gen, model: str, prompt_tokens: int,
-                  stream: bool) -> web.StreamResponse:
+                  stream: bool, text: str = "") -> web.StreamResponse:
+    native = _Native(gen, body, model, prompt_tokens, text, stream)
     if not stream:
-        async for _ in gen.pieces():
-            pass
-        doc = _infill_final(gen, model, prompt_tokens, gen.text)
+        async for piece in gen.pieces():
+            native.piece(piece)
+        doc = native.last(gen.text)
         gen.completed()
         return web.Response(body=_encode(doc), content_type="application/json")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     async for piece in gen.pieces():
-        await resp.write(_sse({"index": 0, "content": piece, "tokens": [], "stop": False, "id_slot": 0,
-                               "tokens_predicted": gen.sent, "tokens_evaluated": prompt_tokens}))
+        await resp.write(_sse(native.piece(piece)))
     gen.completed()
-    await resp.write(_sse(_infill_final(gen, model, prompt_tokens, "")))
+    await resp.write(_sse(native.last("")))
     await resp.write_eof()
     return resp

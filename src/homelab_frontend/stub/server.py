@@ -11,16 +11,24 @@ import msgspec
 from aiohttp import web
 
 from .chat import FLAVOUR, STATE, authorized, handle_chat, json_response
-from .completions import handle_completions, handle_infill
+from .completions import handle_completions, handle_infill, handle_native_completion
 from .flavour import Flavour, Rejection, embedding_vector
+from .audio import register_stt, register_tts, register_whispercpp
+from .images import register_images
 from .llamacpp import KEEP_ALIVE, LlamaCpp
+from .media_flavours import Kokoro, SdCpp, Speaches, WhisperCpp
 from .ollama import Ollama
 from .prefix_cache import PrefixCache
+from .rerank import llama_rerank, vllm_rerank, vllm_score
 from .script import count_text_tokens, prompt_token_ids, text_token_ids
 from .state import EventLog, StubConfig, StubState
 from .vllm import Vllm
 
-FLAVOURS: dict[str, type[Flavour]] = {"vllm": Vllm, "ollama": Ollama, "llamacpp": LlamaCpp}
+FLAVOURS: dict[str, type[Flavour]] = {"vllm": Vllm, "ollama": Ollama, "llamacpp": LlamaCpp,
+                                      "whispercpp": WhisperCpp, "speaches": Speaches, "kokoro": Kokoro,
+                                      "sdcpp": SdCpp}
+# The servers of speech and images: none of the chat routes, each its own (audio.py, images.py).
+MEDIA_FLAVOURS = ("whispercpp", "speaches", "kokoro", "sdcpp")
 CHAT_PATH = "/v1/chat/completions"
 
 
@@ -296,7 +304,7 @@ def build_app(config: StubConfig) -> web.Application:
     flavour = make_flavour(config.flavour)
     flavour.legacy_context_errors = config.legacy_context_errors
     if not config.models:
-        config = replace(config, models=(flavour.default_model,))
+        config = replace(config, models=getattr(flavour, "default_models", (flavour.default_model,)))
     state = StubState(config=config, log=EventLog(config.log))
     if config.prefix_cache_tokens > 0:
         state.cache = PrefixCache(config.prefix_cache_tokens, config.prefix_block)
@@ -305,30 +313,10 @@ def build_app(config: StubConfig) -> web.Application:
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[STATE] = state
     app[FLAVOUR] = flavour
-    app.router.add_post(CHAT_PATH, handle_chat)
-    app.router.add_post("/v1/completions", handle_completions)
-    app.router.add_get("/v1/models", _models)
-    app.router.add_post("/v1/embeddings", _embeddings)
-    if config.flavour == "vllm":
-        app.router.add_post("/tokenize", _tokenize)
-        app.router.add_get("/metrics", _metrics)
-        app.router.add_get("/health", _health)
-        app.router.add_post("/sleep", _sleep)
-        app.router.add_post("/wake_up", _wake_up)
-        app.router.add_get("/is_sleeping", _is_sleeping)
-    elif config.flavour == "llamacpp":
-        app.router.add_post("/tokenize", _llama_tokenize)
-        app.router.add_post("/apply-template", _llama_apply_template)
-        app.router.add_get("/metrics", _llama_metrics)
-        app.router.add_get("/slots", _llama_slots)
-        app.router.add_get("/props", _llama_props)
-        app.router.add_post("/infill", handle_infill)
-        app.router.add_get("/health", _health)
-        app.on_response_prepare.append(_llama_headers)
+    if config.flavour in MEDIA_FLAVOURS:
+        _media_routes(app, config)
     else:
-        app.router.add_get("/", _ollama_root)
-        app.router.add_get("/api/version", _ollama_version)
-        app.router.add_post("/api/show", _ollama_show)
+        _chat_routes(app, config)
     app.router.add_get("/stub/stats", _stats)
     app.router.add_post("/stub/reset", _reset)
     app.router.add_post("/stub/fail", _fail)
@@ -351,6 +339,56 @@ def build_app(config: StubConfig) -> web.Application:
         app.on_startup.append(load)
     app.on_cleanup.append(close_log)
     return app
+
+
+def _media_routes(app: web.Application, config: StubConfig) -> None:
+    if config.flavour == "whispercpp":  # no /v1/models: the real server has none
+        register_whispercpp(app, config.request_path, config.inference_path)
+        return
+    app.router.add_get("/v1/models", _models)
+    app.router.add_get("/health", _health)
+    if config.flavour == "speaches":
+        register_stt(app)
+        register_tts(app, audio_models_route=True)
+    elif config.flavour == "kokoro":
+        register_tts(app, audio_models_route=False)
+    else:
+        register_images(app)
+
+
+def _chat_routes(app: web.Application, config: StubConfig) -> None:
+    app.router.add_post(CHAT_PATH, handle_chat)
+    app.router.add_post("/v1/completions", handle_completions)
+    app.router.add_get("/v1/models", _models)
+    app.router.add_post("/v1/embeddings", _embeddings)
+    if config.flavour == "vllm":
+        app.router.add_post("/tokenize", _tokenize)
+        app.router.add_get("/metrics", _metrics)
+        app.router.add_get("/health", _health)
+        app.router.add_post("/sleep", _sleep)
+        app.router.add_post("/wake_up", _wake_up)
+        app.router.add_get("/is_sleeping", _is_sleeping)
+        for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
+            app.router.add_post(path, vllm_rerank)
+        for path in ("/score", "/v1/score"):
+            app.router.add_post(path, vllm_score)
+        register_stt(app)
+    elif config.flavour == "llamacpp":
+        app.router.add_post("/tokenize", _llama_tokenize)
+        app.router.add_post("/apply-template", _llama_apply_template)
+        app.router.add_get("/metrics", _llama_metrics)
+        app.router.add_get("/slots", _llama_slots)
+        app.router.add_get("/props", _llama_props)
+        app.router.add_post("/infill", handle_infill)
+        app.router.add_post("/completion", handle_native_completion)
+        app.router.add_get("/health", _health)
+        for path in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking"):
+            app.router.add_post(path, llama_rerank)
+        app.on_response_prepare.append(_llama_headers)
+    else:
+        app.router.add_get("/", _ollama_root)
+        app.router.add_get("/api/version", _ollama_version)
+        app.router.add_post("/api/show", _ollama_show)
 
 
 class StubServer:

@@ -46,6 +46,13 @@ class StubConfig:
     # large"); 0.32 fits max_tokens to the room left and refuses only what can never fit.
     legacy_context_errors: bool = False
     fim: bool = True  # llama.cpp flavour: the model has FIM tokens (/infill); False: Gemma 3's 501
+    # llama.cpp flavour: started with --reranking (/rerank answers); False: its 501
+    reranking: bool = True
+    # whisper.cpp flavour: its --request-path prefix and --inference-path
+    request_path: str = ""
+    inference_path: str = "/inference"
+    # every multipart upload read this slowly: ms waited after each 64 KiB (media.py)
+    upload_read_ms: int = 0
 
     @property
     def reasoning_fields(self) -> tuple[str, ...]:
@@ -64,6 +71,7 @@ class Stats:
     failed: int = 0
     prompt_tokens: int = 0  # summed over accepted requests
     cached_tokens: int = 0  # of those, served from the prefix cache
+    upload_bytes: int = 0  # multipart upload bytes received so far (media.py), counted per read
 
     def begin(self) -> None:
         self.in_flight += 1
@@ -77,6 +85,7 @@ class Stats:
         self.max_in_flight = self.in_flight
         self.total = self.cancelled = self.completed = self.failed = 0
         self.prompt_tokens = self.cached_tokens = 0
+        self.upload_bytes = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -88,6 +97,7 @@ class Stats:
             "failed": self.failed,
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
+            "upload_bytes": self.upload_bytes,
         }
 
 

@@ -7,7 +7,8 @@ The steps, and who does what:
 1. `inbound(request, gw, t, dialect, parse)`: read the body (`Gateway.read_body`: the size limit),
    parse it (`Gateway.parse`: nesting and count limits, then the dialect's pure `parse`, off the
    loop for large bodies), set `t.model` / `t.stream`, resolve the route, check the key may use
-   it (`auth.admit`, 401/403 in the caller's dialect). -> `Inbound` (body, parsed, route,
+   it (`auth.admit`, 401/403 in the caller's dialect), and hand a `keep_alive` in the body to the
+   managed backends of the route (keep_alive.py). -> `Inbound` (body, parsed, route,
    principal). Anything the dialect must do before admission (Responses: load the conversation
    of `previous_response_id`; a 404 then costs no slot) happens between this step and the next.
 2. `exchange(request, gw, t, front, req)`: the key's concurrency hold, the `Exchange` (session
@@ -69,6 +70,7 @@ from ..request.tracker import GENERATING, Tracked
 from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
+from . import keep_alive as client_keep_alive, loading
 from .context import Gateway
 from .upstream_events import Midstream, gateway_stops, stream_events
 from .usage import UsageFold
@@ -116,16 +118,25 @@ async def inbound(request: web.Request, gw: Gateway, t: Tracked, dialect: str,
     t.model, t.stream = parsed.model, parsed.stream
     route = gw.router.resolve(parsed.model)
     principal = gw.auth.admit(request, route, dialect)
+    if dialect != "ollama":  # Ollama's parser reads it with the rest (a load or an unload: its handler)
+        client_keep_alive.apply(gw, route, client_keep_alive.from_body(body))
     return Inbound(body, parsed, route, principal)
 
 
 @asynccontextmanager
 async def exchange(request: web.Request, gw: Gateway, t: Tracked, front: Inbound,
-                   req: c.Request) -> AsyncIterator[Exchange]:
-    """Step 2: the key's hold and an admitted Exchange, for the block's duration."""
+                   req: c.Request, announcer: loading.Announcer | None = None) -> AsyncIterator[Exchange]:
+    """Step 2: the key's hold and an admitted Exchange, for the block's duration. With an
+    `announcer` (a streaming dialect's Turn), a stream that waits for its managed model to load
+    gets its headers and keep-alive frames at once (loading.py)."""
     session = session_key(request.headers, req) if front.route.wants_session else None
     async with gw.hold(front.principal), Exchange(t, front.route, gw.clients, front.principal, session) as ex:
-        await ex.admit()
+        if announcer is None:
+            await ex.admit()
+        else:
+            lc = gw.cfg.lifecycle
+            await loading.admit(request, t, ex.admit, announcer, lambda: {**UNBUFFERED, **gw.headers(t)},
+                                lc.loading_keepalive_s, lc.loading_note)
         yield ex
 
 
@@ -221,6 +232,14 @@ class Turn:
     async def before_final(self) -> None:
         """The answer is complete and about to leave (stream: before its final frames)."""
 
+    def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
+        """A keep-alive while the model loads (loading.py): an SSE comment, which says so."""
+        return loading.sse_comment(model, waited_s)
+
+    def early_failure(self, err: GatewayError) -> bytes:
+        """The stream's error frame for a failure after its headers went out early (loading.py)."""
+        return self.encoder().fail(self.own_failure_code(err), err.message)
+
 
 async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, turn: Turn) -> web.StreamResponse:
     """Step 3 for a translating dialect: the whole answer or the stream, written to the client."""
@@ -241,8 +260,9 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         ex.ping_interval = turn.ping_interval  # before open: it sets the watchdog's tick
     upstream = await turn.open_upstream(ex, stream=True, continuous_usage=True, send_stop=not stops,
                                         count_prompt=turn.count_prompt)
-    out = stream_response(turn.stream_headers, gw.headers(t))
-    await out.prepare(request)
+    out = started_stream(request, turn.stream_headers, gw, t)
+    if not out.prepared:
+        await out.prepare(request)
     enc = turn.encoder()
     ping = keep_alive(turn, enc)
     if ping is not None:
@@ -260,6 +280,15 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
     await out.write_eof()
     await ex.drain()
     return out
+
+
+def started_stream(request: web.Request, headers: dict[str, str], gw: Gateway, t: Tracked) -> web.StreamResponse:
+    """The stream's response: the one whose headers went out while its model loaded (loading.py),
+    now the answer's (an error from here on is the stream's own), or a new one."""
+    early = request.pop(loading.EARLY, None)
+    if early is not None:
+        return early.out
+    return stream_response(headers, gw.headers(t))
 
 
 async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None,

@@ -20,7 +20,10 @@ import time
 from typing import NamedTuple
 
 SERVER, CLIENT, INTERNAL = "server", "client", "internal"
-_OPERATION = {"embeddings": "embeddings"}
+# the operation by the path's last segment (OpenTelemetry's gen_ai names where it has one)
+_OPERATION = {"embeddings": "embeddings", "rerank": "rerank", "score": "score",
+              "transcriptions": "transcription", "translations": "translation", "speech": "speech",
+              "generations": "image_generation", "edits": "image_edit"}
 
 
 class PlannedSpan(NamedTuple):

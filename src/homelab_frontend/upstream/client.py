@@ -13,7 +13,7 @@ import os
 import re
 import weakref
 from contextvars import ContextVar
-from typing import AsyncIterator
+from typing import AsyncIterable, AsyncIterator, Protocol
 
 import aiohttp
 import msgspec
@@ -53,6 +53,18 @@ class UpstreamFailure(GatewayError):
         super().__init__(kind, message, **kw)
         self.cause = cause
         self.upstream_status = upstream_status
+
+
+class StreamedBody(Protocol):
+    """A request body sent as it arrives (a client's upload, surfaces/media/relay.py), not bytes.
+    `fresh()` gives it from its start for one send, or raises GatewayError when it cannot be
+    sent again (part of it already went out: it is not replayable); `failure` is the client's
+    fault that stopped it mid-way (over the size limit, the client gone), raised instead of the
+    backend's failure that aborting the send provokes."""
+
+    failure: GatewayError | None
+
+    def fresh(self) -> AsyncIterable[bytes]: ...
 
 
 _KEEPALIVE_S = 30.0  # how long an idle upstream connection is kept, unless the upstream says less
@@ -168,15 +180,21 @@ lands on matters)."""
             if s is not None:
                 await s.close()
 
-    async def _request(self, method: str, url: str, side: bool = False, **kw) -> aiohttp.ClientResponse:
-        """One request, resent once on a fresh connection when a reused one turned out stale."""
+    async def _request(self, method: str, url: str, side: bool = False, streamed: StreamedBody | None = None,
+                       **kw) -> aiohttp.ClientResponse:
+        """One request, resent once on a fresh connection when a reused one turned out stale
+        (a `streamed` body from its start, if it still can be)."""
         _reused.set(False)
+        if streamed is not None:
+            kw["data"] = streamed.fresh()
         try:
             resp = await (self._side_session() if side else self.session()).request(method, url, allow_redirects=False, **kw)
         except (aiohttp.ClientConnectionError, OSError) as err:
-            if not (_reused.get() and _stale(err)):
+            if not (_reused.get() and _stale(err)) or (streamed is not None and streamed.failure is not None):
                 raise
             self.retried += 1
+            if streamed is not None:
+                kw["data"] = streamed.fresh()
             resp = await self._fresh_session().request(method, url, allow_redirects=False, **kw)
         self._learn_keepalive(resp)
         return resp
@@ -224,17 +242,23 @@ lands on matters)."""
         return UpstreamFailure("upstream_unreachable", f"backend {self.name!r} is unreachable ({reason})",
                                cause=cause)
 
-    async def post(self, path: str, body: bytes, root: bool = False, side: bool = False,
+    async def post(self, path: str, body: bytes | StreamedBody, root: bool = False, side: bool = False,
                    headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
         """POST and return the response once its headers are in; a non-2xx status is raised as
         GatewayError("upstream_error") with the upstream's own message and status. `side`: on the
         side requests' own pool (see the class docstring). `headers`: per-request extras (a
-        trace's `traceparent`)."""
+        trace's `traceparent`, a relayed upload's content type and length). `body`: bytes, or a
+        StreamedBody sent as it arrives."""
         url = (self.root if root else self.base) + path
+        streamed = None if isinstance(body, bytes) else body
+        kw: dict = {"data": body} if streamed is None else {"streamed": streamed}
+        if headers is not None:
+            kw["headers"] = headers
         try:
-            resp = await (self._request("POST", url, side, data=body) if headers is None
-                          else self._request("POST", url, side, data=body, headers=headers))
+            resp = await self._request("POST", url, side, **kw)
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+            if streamed is not None and streamed.failure is not None:
+                raise streamed.failure from None  # the client's fault (too large, gone), not the backend's
             raise self._unreachable(err) from None
         if resp.status >= 300:
             try:
@@ -255,9 +279,11 @@ lands on matters)."""
             )
         return resp
 
-    async def get_json(self, path: str, timeout_s: float = 5.0) -> object:
+    async def get_json(self, path: str, timeout_s: float = 5.0, root: bool = False) -> object:
+        """GET a JSON document at `path` under the /v1 base URL (`root`: under the server's root)."""
         try:
-            async with await self._request("GET", self.base + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            async with await self._request("GET", (self.root if root else self.base) + path,
+                                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
                 if resp.status != 200:
                     raise GatewayError(

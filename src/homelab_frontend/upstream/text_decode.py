@@ -14,9 +14,12 @@ done. An `object` other than `text_completion` (a chat chunk from a misrouted ba
 malformed chunk, or an error chunk -> one UpstreamError.
 
 `InfillDecoder` (llama.cpp's /infill and /completion, not OpenAI-shaped): each object has
-`content` and `stop`; `tokens_predicted` / `tokens_evaluated` are the running counts (usage);
-the object with `stop: true` ends it, its `stop_type` (`eos`, `word`: stop; `limit`: length). The
-stream has no `[DONE]`.
+`content` and `stop`; `tokens_predicted` / `tokens_evaluated` are the running counts (usage),
+`timings.cache_n` the prompt tokens it took from its cache; the last object ends it, its
+`stop_type` (`eos`, `word`: stop; `limit`: length). Every partial object says `"stop": false`;
+the last says `"stop": true`, unless the request's `response_fields` trimmed it to the fields
+named there (llama.cpp trims only the last object: `{}` for llama.vim's warm-up), so any object
+without `"stop": false` is the last. The stream has no `[DONE]`.
 """
 
 from __future__ import annotations
@@ -122,14 +125,19 @@ class TextChunkDecoder:
         return [err]
 
 
+class _Timings(msgspec.Struct):
+    cache_n: Union[int, None] = None
+
+
 class _Infill(msgspec.Struct):
     content: Union[str, None] = None
-    stop: bool = False
+    stop: Union[bool, None] = None  # partials: false; the last: true, or absent when trimmed
     stop_type: Union[str, None] = None
     stopping_word: Union[str, None] = None
     tokens_predicted: Union[int, None] = None
     tokens_evaluated: Union[int, None] = None
     tokens_cached: Union[int, None] = None
+    timings: Union[_Timings, None] = None
     error: Union[_ErrorInfo, str, None] = None
 
 
@@ -158,12 +166,13 @@ class InfillDecoder:
             self.failed = True
             return [err]
         events: list[Event] = []
-        if obj.tokens_evaluated is not None or obj.tokens_predicted is not None:
+        cached = obj.timings.cache_n if obj.timings is not None else None
+        if obj.tokens_evaluated is not None or obj.tokens_predicted is not None or cached is not None:
             # the running count: what the backend generated so far, the prompt it evaluated
-            events.append(Usage(obj.tokens_evaluated, obj.tokens_predicted, None))
+            events.append(Usage(obj.tokens_evaluated, obj.tokens_predicted, cached))
         if obj.content:
             events.append(TextDelta(obj.content))
-        if obj.stop:
+        if obj.stop is not False:  # the last object, whatever fields it kept
             self.done = True
             if obj.stop_type == "limit":
                 events.append(Finish("length"))

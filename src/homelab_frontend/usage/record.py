@@ -10,6 +10,11 @@ chunks, one token each for the backends it fronts, and the input an estimate of 
 (refused, cancelled while queued, or answered with an error status at once) used nothing:
 zeros, exact.
 
+What else counts: a relayed call (rerank, speech, images: surfaces/media/units.py) carries its
+own units beside its tokens: `audio_seconds` of audio transcribed, `characters` of speech input,
+`documents` reranked or scored, `images` made. Tokens it reports (a reranker's usage) are its
+`tokens_in`, so budgets count them as a chat's.
+
 Which requests count: those that went to admission on a route (`upstream_model` is set there)
 and those refused before it (`rejected_*`: a budget, a key's max_concurrent); not model
 listings, stored-response reads or token counts, which generate nothing.
@@ -42,6 +47,7 @@ class Record(Protocol):
     outcome: str
     body_bytes: int | None
     upstream_headers: float | None  # None: the backend never answered (it ran nothing)
+    units: dict[str, float] | None  # a relayed call's own units (surfaces/media/units.py)
 
 
 class Entry(msgspec.Struct, array_like=True):
@@ -60,6 +66,11 @@ class Entry(msgspec.Struct, array_like=True):
     slot_seconds: float
     queue_seconds: float
     load_seconds: float
+    # a relayed call's units (the defaults keep an entry written before them decodable)
+    characters: int = 0
+    documents: int = 0
+    images: int = 0
+    audio_seconds: float = 0.0
 
     @property
     def tokens(self) -> int:
@@ -85,10 +96,13 @@ def entry_of(t: Record, now: float) -> Entry | None:
     else:
         tin = tout = 0
         in_exact = out_exact = True
+    units = (t.units or {}) if reached or t.outcome == "ok" else {}
     return Entry(
         ts=now, key=t.key_name or "", model=t.model, upstream=t.upstream_model or "",
         backend=t.backend or "", dialect=t.dialect, outcome=t.outcome,
         input_tokens=tin, cached_tokens=(t.tokens_cached or 0) if reported else 0, output_tokens=tout,
         input_exact=in_exact, output_exact=out_exact, slot_seconds=t.slot_seconds or 0.0,
         queue_seconds=t.queue_wait or 0.0, load_seconds=t.load_wait,
+        characters=int(units.get("characters", 0)), documents=int(units.get("documents", 0)),
+        images=int(units.get("images", 0)), audio_seconds=float(units.get("audio_seconds", 0.0)),
     )

@@ -13,7 +13,10 @@ from .rollup import aggregate, totals
 from .sqlite_store import default_path, read_only, read_rows
 
 COLUMNS = ("key", "model", "requests", "input", "cached", "output")
-_FIELDS = {"input": "input_tokens", "cached": "cached_tokens", "output": "output_tokens"}
+# the relayed calls' units (rerank, speech, images): a column only when some row has them
+UNIT_COLUMNS = ("documents", "characters", "audio_s", "images")
+_FIELDS = {"input": "input_tokens", "cached": "cached_tokens", "output": "output_tokens", "audio_s": "audio_seconds"}
+_NUMERIC = {"requests", "input", "cached", "output", *UNIT_COLUMNS}
 
 
 async def _redis_rows(cfg: cfgmod.Config, since, until, key, model):
@@ -50,18 +53,27 @@ def where(cfg: cfgmod.Config) -> str:
     return f"the ledger file {cfg.usage.path or default_path()}"
 
 
+def _cell(r: dict, c: str) -> str:
+    return _num(r[_FIELDS.get(c, c)])
+
+
+def _num(v: float) -> str:
+    return str(round(v, 3)) if isinstance(v, float) else str(v)
+
+
 def table(found: list[dict], by: str | None) -> str:
-    cols = (("start",) if by else ()) + COLUMNS
-    lines = [[str(r[_FIELDS.get(c, c)]) if c != "key" else (r["key"] or "(no key)") for c in cols] for r in found]
+    units = tuple(c for c in UNIT_COLUMNS if any(r.get(_FIELDS.get(c, c)) for r in found))
+    cols = (("start",) if by else ()) + COLUMNS + units
+    lines = [[_cell(r, c) if c != "key" else (r["key"] or "(no key)") for c in cols] for r in found]
     lines.append([""] * len(cols))
     if found:
         total = ["total"] + [""] * (len(cols) - 1)
         for i, c in enumerate(cols):
-            if c in ("requests", "input", "cached", "output"):
-                total[i] = str(sum(r[_FIELDS.get(c, c)] for r in found))
+            if c in _NUMERIC:
+                total[i] = _num(sum(r[_FIELDS.get(c, c)] for r in found))
         lines[-1] = total
     widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(cols)]
-    numeric = {"requests", "input", "cached", "output"}
+    numeric = _NUMERIC
 
     def fmt(cells) -> str:
         return "  ".join(cell.rjust(w) if c in numeric else cell.ljust(w)

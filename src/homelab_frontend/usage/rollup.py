@@ -14,8 +14,9 @@ from .windows import bucket_start, hour_start, iso
 
 # the counted figures, in storage order
 INT_METRICS = ("requests", "ok", "cancelled", "failed", "refused", "input_tokens", "cached_tokens",
-               "output_tokens", "estimated_input", "estimated_output")
-FLOAT_METRICS = ("slot_seconds", "queue_seconds", "load_seconds")
+               "output_tokens", "estimated_input", "estimated_output",
+               "characters", "documents", "images")  # the relayed calls' units (usage/record.py)
+FLOAT_METRICS = ("slot_seconds", "queue_seconds", "load_seconds", "audio_seconds")
 METRICS = INT_METRICS + FLOAT_METRICS
 DIMS = ("start", "key", "model", "upstream", "backend", "dialect")
 
@@ -36,7 +37,8 @@ def figures(e: Entry) -> list[float]:
     cls = outcome_class(e.outcome)
     return [1, cls == "ok", cls == "cancelled", cls == "failed", cls == "refused",
             e.input_tokens, e.cached_tokens, e.output_tokens, not e.input_exact, not e.output_exact,
-            e.slot_seconds, e.queue_seconds, e.load_seconds]
+            e.characters, e.documents, e.images,
+            e.slot_seconds, e.queue_seconds, e.load_seconds, e.audio_seconds]
 
 
 def add_into(rows: dict, key, vals: list[float]) -> None:

@@ -51,6 +51,20 @@ _UPSERT = (f"INSERT INTO usage_hour ({', '.join(DIMS + METRICS)}) VALUES ({', '.
            + ", ".join(f"{m} = {m} + excluded.{m}" for m in METRICS))
 
 
+def _columns(db: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in db.execute("PRAGMA table_info(usage_hour)")}
+
+
+def _add_columns(db: sqlite3.Connection) -> None:
+    """A file written before a figure existed (the relayed calls' units) gets its column, 0 for
+    the rows it already has."""
+    have = _columns(db)
+    for m in METRICS:
+        if m not in have:
+            typ = "REAL" if m in FLOAT_METRICS else "INTEGER"
+            db.execute(f"ALTER TABLE usage_hour ADD COLUMN {m} {typ} NOT NULL DEFAULT 0")
+
+
 def default_path() -> str:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(state, "homelab-frontend", "usage.sqlite3")
@@ -71,7 +85,12 @@ def read_rows(db: sqlite3.Connection, since: float | None, until: float | None,
     if model is not None:
         where.append("model = ?")
         args.append(model)
-    sql = f"SELECT {', '.join(DIMS + METRICS)} FROM usage_hour"
+    try:
+        have = _columns(db)
+    except sqlite3.OperationalError:
+        have = set(METRICS)
+    # an older file read without a gateway (the CLI, read-only) lacks the newer figures: 0
+    sql = f"SELECT {', '.join(DIMS + tuple(m if m in have or not have else '0' for m in METRICS))} FROM usage_hour"
     if where:
         sql += " WHERE " + " AND ".join(where)
     try:
@@ -210,6 +229,7 @@ class SqliteStore:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
+            _add_columns(db)
             self._db = db
         return self._db
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from homelab_frontend.lifecycle.keep_alive import FOREVER
 from homelab_frontend.lifecycle.machine import Event, Goal
 from homelab_frontend.lifecycle.operator import OperatorApi
 from homelab_frontend.lifecycle.policy import State
@@ -19,8 +20,8 @@ CFG = config(a={"idle_ttl_s": 300}, b={})
 
 
 class _Fleet(OperatorApi):
-    def __init__(self, coord=None) -> None:
-        self.units = {n: Managed(n, b) for n, b in CFG.backends.items()}
+    def __init__(self, coord=None, cfg=CFG) -> None:
+        self.units = {n: Managed(n, b) for n, b in cfg.backends.items()}
         self.coord = coord
         self.kicks = 0
 
@@ -82,10 +83,28 @@ def test_keep_alive_sets_the_idle_time_and_zero_unloads():
     u = _at(f, "a", Event.START, Event.UP)
     f.keep_alive("a", 60.0)
     assert u.idle_ttl_s == 60.0 and u.goal is Goal.KEEP
-    f.keep_alive("a", None)
-    assert u.keep_alive == (None,) and u.idle_ttl_s is None  # until swapped out or stopped
-    f.keep_alive("a", 0)
+    f.keep_alive("a", FOREVER)
+    assert u.keep_alive is FOREVER and u.idle_ttl_s is None  # until swapped out or stopped
+    f.keep_alive("a", 0.0)  # with a prompt: stopped once idle after it, not drained now
+    assert u.idle_ttl_s == 0.0 and u.goal is Goal.KEEP
+    f.keep_alive("a", 0.0, prompt=False)
     assert u.keep_alive is None and u.goal is Goal.STOP  # Ollama's unload: the config's idle time again
+
+
+def test_the_operator_caps_or_ignores_a_clients_keep_alive():
+    capped = _Fleet(cfg=config(a={"idle_ttl_s": 300, "client_keep_alive": {"max_s": 600}}))
+    u = _at(capped, "a", Event.START, Event.UP)
+    capped.keep_alive("a", FOREVER)
+    assert u.idle_ttl_s == 600.0
+    capped.keep_alive("a", 3600.0)
+    assert u.idle_ttl_s == 600.0
+    capped.keep_alive("a", 5.0)
+    assert u.idle_ttl_s == 5.0
+    ignored = _Fleet(cfg=config(a={"idle_ttl_s": 300, "client_keep_alive": {"honour": False}}))
+    u = _at(ignored, "a", Event.START, Event.UP)
+    ignored.keep_alive("a", FOREVER)
+    ignored.keep_alive("a", 0.0, prompt=False)
+    assert u.keep_alive is None and u.idle_ttl_s == 300 and u.goal is Goal.KEEP and ignored.kicks == 0
 
 
 def test_keep_alive_for_an_unknown_or_removed_backend_is_ignored():

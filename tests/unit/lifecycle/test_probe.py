@@ -36,6 +36,14 @@ def test_the_ready_url_defaults_to_the_models_list_and_the_sleep_endpoints_sit_b
     assert root_url(_backend("http://h:1/api")) == "http://h:1/api"  # only a /v1 is the API's own
 
 
+def test_a_server_without_v1_models_is_ready_by_its_health_path():
+    # whisper.cpp's server has no /v1/models: its kind's /health, or the backend's health_path
+    whisper = cfgmod.Backend(url="http://h:1", kind="whispercpp", run=cfgmod.Run(cmd=["whisper-server"]))
+    assert ready_url(whisper) == "http://h:1/health"
+    sd = cfgmod.Backend(url="http://h:1/v1", health_path="/", run=cfgmod.Run(cmd=["sd-server"]))
+    assert ready_url(sd) == "http://h:1/"
+
+
 class Odd:
     """A server with the answers no real backend should give: /v1/models 500, /is_sleeping a JSON
     list or text, /hang never (until the server closes)."""

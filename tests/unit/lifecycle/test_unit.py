@@ -13,6 +13,7 @@ import pytest
 from homelab_frontend import config as cfgmod
 from homelab_frontend.admission.slots import SlotPool
 from homelab_frontend.errors import GatewayError
+from homelab_frontend.lifecycle.keep_alive import FOREVER
 from homelab_frontend.lifecycle.machine import Event, IllegalMove
 from homelab_frontend.lifecycle.policy import State
 from homelab_frontend.lifecycle.unit import Door, Managed
@@ -67,9 +68,9 @@ def test_the_queues_loading_clock_runs_only_while_the_server_starts():
 def test_a_clients_keep_alive_overrides_the_configured_idle_time():
     u = _unit()
     assert u.idle_ttl_s == 300
-    u.keep_alive = (60.0,)
+    u.keep_alive = 60.0
     assert u.idle_ttl_s == 60.0 and u.view().idle_ttl_s == 60.0
-    u.keep_alive = (None,)  # forever
+    u.keep_alive = FOREVER
     assert u.idle_ttl_s is None
 
 

@@ -24,7 +24,8 @@ ALL = ("vllm", "ollama", "llamacpp")
 
 
 def test_the_registry():
-    assert FLAVOURS == {"vllm": Vllm, "ollama": Ollama, "llamacpp": LlamaCpp}
+    assert {k: FLAVOURS[k] for k in ALL} == {"vllm": Vllm, "ollama": Ollama, "llamacpp": LlamaCpp}
+    assert set(FLAVOURS) - set(ALL) == {"whispercpp", "speaches", "kokoro", "sdcpp"}  # tests/unit/stub/test_media.py
     assert all(issubclass(f, Flavour) for f in FLAVOURS.values())
     assert stub_chat.handle_chat is not None
 

@@ -85,3 +85,11 @@ def test_children_never_leave_their_parent(queue, slot, ttft, total):
         parent = by_id.get(p.parent_id)
         if parent is not None:
             assert parent.start <= p.start and p.end <= parent.end + 1e-9
+
+
+def test_the_relayed_calls_name_their_operation():
+    for path, operation in (("/v1/rerank", "rerank"), ("/llm/v1/audio/transcriptions", "transcription"),
+                            ("/v1/audio/speech", "speech"), ("/v1/images/generations", "image_generation"),
+                            ("/llm/v1/chat/completions", "chat")):
+        [root, *_] = spans.plan(_record(dialect="speech"), now_mono=103.0, path=path)
+        assert root.attributes["gen_ai.operation.name"] == operation and root.name == f"{operation} m"

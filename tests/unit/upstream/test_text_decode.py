@@ -43,3 +43,24 @@ def test_llamacpp_infill_stream():
                      "tokens_evaluated": 9, "timings": {}})) == [c.Usage(9, 1, None), c.Finish("length")]
     assert d.done
     assert InfillDecoder().feed(j({"content": "", "stop": True, "stop_type": "eos"}))[-1] == c.Finish("stop")
+
+
+def test_llamacpp_last_object_ends_the_stream_whatever_fields_it_kept():
+    """`response_fields` trims llama.cpp's last object (llama.vim's: content, timings/..., no
+    `stop`; its warm-up's `[""]`: `{}`): every partial says `"stop": false`, so an object that
+    does not is the last one, and the stream is finished, not broken."""
+    d = InfillDecoder()
+    assert d.feed(j({"content": " x", "stop": False, "tokens_predicted": 1, "tokens_evaluated": 9})) == [
+        c.Usage(9, 1, None), c.TextDelta(" x")]
+    assert not d.done
+    assert d.feed(j({"content": "", "timings/prompt_n": 9, "truncated": False, "tokens_cached": 10})) == [
+        c.Finish("stop")]
+    assert d.done
+    warm = InfillDecoder()
+    assert warm.feed(b"{}") == [c.Finish("stop")] and warm.done
+
+
+def test_llamacpp_cached_prompt_tokens_are_timings_cache_n():
+    got = InfillDecoder().feed(j({"content": "", "stop": True, "tokens_predicted": 2, "tokens_evaluated": 9,
+                                  "timings": {"cache_n": 7, "prompt_n": 2}}))
+    assert got[0] == c.Usage(9, 2, 7)

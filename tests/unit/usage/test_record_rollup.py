@@ -17,7 +17,7 @@ T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
 def _rec(**kw):
     base = dict(key_name="alice", model="m", upstream_model="up", backend="b", dialect="openai",
                 tokens_in=None, tokens_out=0, tokens_cached=None, slot_seconds=0.0, queue_wait=None, load_wait=0.0,
-                outcome="ok", body_bytes=400, upstream_headers=None)
+                outcome="ok", body_bytes=400, upstream_headers=None, units=None)
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -87,3 +87,20 @@ def test_the_request_record_has_every_field_the_ledger_reads():
 
     t = asyncio.run(record())
     assert [f for f in Record.__annotations__ if not hasattr(t, f)] == []
+
+
+def test_a_relayed_calls_units_are_counted_beside_its_tokens():
+    e = entry_of(_rec(units={"documents": 3.0, "characters": 11.0, "images": 2.0, "audio_seconds": 2.5},
+                      tokens_in=40, slot_seconds=0.2, upstream_headers=0.01), T0)
+    assert (e.documents, e.characters, e.images, e.audio_seconds) == (3, 11, 2, 2.5)
+    assert e.tokens == 40
+    r = Rollup()
+    r.add(e)
+    r.add(e)
+    [row] = aggregate(r.take().items())
+    assert (row["documents"], row["characters"], row["images"], row["audio_seconds"]) == (6, 22, 4, 5.0)
+
+
+def test_a_call_that_never_reached_a_backend_cost_no_units():
+    e = entry_of(_rec(units={"characters": 11.0}, outcome="rejected_rate_limit", upstream_model=None), T0)
+    assert e.characters == 0

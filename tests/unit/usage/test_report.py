@@ -51,3 +51,14 @@ def test_no_ledger_file_yet_is_no_rows(tmp_path):
     cfg = cfgmod.parse({**BASE, "usage": {"path": str(tmp_path / "never-written.sqlite3")}})
     assert report.rows(cfg) == [] and report.rows(cfg, by="day") == []
     assert not (tmp_path / "never-written.sqlite3").exists()  # reading never creates it
+
+
+def test_the_relayed_calls_units_get_columns_only_when_some_row_has_them():
+    zero = {"documents": 0, "characters": 0, "images": 0, "audio_seconds": 0.0}
+    rows = [{**ROWS[0], **zero}, {**ROWS[1], **zero, "key": "bob", "model": "whisper-1", "audio_seconds": 12.5},
+            {**ROWS[1], **zero, "key": "bob", "model": "rr", "documents": 1500000}]
+    lines = report.table(rows, None).splitlines()
+    assert cells(lines[0]) == [*report.COLUMNS, "documents", "audio_s"]
+    assert cells(lines[2])[-2:] == ["0", "12.5"]
+    assert cells(lines[4])[-2:] == ["1500000", "12.5"]  # the total, whole numbers as they are
+    assert cells(report.table([{**ROWS[0], **zero}], None).splitlines()[0]) == list(report.COLUMNS)

@@ -162,3 +162,44 @@ def test_a_writer_thread_that_dies_fails_its_waiting_queries_and_is_started_agai
         await store.close()
 
     asyncio.run(main())
+
+
+def test_a_file_from_before_the_relayed_units_gets_their_columns(tmp_path):
+    """A ledger written by an older gateway: the CLI reads it read-only (the new figures 0), and
+    the gateway that opens it adds their columns and counts into them."""
+    import sqlite3
+
+    from homelab_frontend.usage.rollup import METRICS
+    from homelab_frontend.usage.sqlite_store import read_only, read_rows
+
+    path = str(tmp_path / "old.sqlite3")
+    hour = int(time.time() // 3600) * 3600
+    old_ints = ("requests", "ok", "cancelled", "failed", "refused", "input_tokens", "cached_tokens",
+                "output_tokens", "estimated_input", "estimated_output")
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE usage_hour (start INTEGER NOT NULL, key TEXT NOT NULL, model TEXT NOT NULL, "
+               "upstream TEXT NOT NULL, backend TEXT NOT NULL, dialect TEXT NOT NULL, "
+               + ", ".join(f"{m} INTEGER NOT NULL DEFAULT 0" for m in old_ints)
+               + ", slot_seconds REAL NOT NULL DEFAULT 0, queue_seconds REAL NOT NULL DEFAULT 0, "
+               "load_seconds REAL NOT NULL DEFAULT 0, PRIMARY KEY (start, key, model, upstream, backend, dialect)) "
+               "WITHOUT ROWID")
+    db.execute("INSERT INTO usage_hour (start, key, model, upstream, backend, dialect, requests) "
+               "VALUES (?, 'alice', 'm', 'up', 'b', 'openai', 4)", (hour,))
+    db.commit()
+    db.close()
+    ro = read_only(path)
+    [(dims, vals)] = read_rows(ro, None, None, None, None)
+    ro.close()
+    assert vals[METRICS.index("requests")] == 4 and vals[METRICS.index("documents")] == 0
+
+    async def main():
+        store = SqliteStore(cfgmod.Usage(path=path, flush_interval_s=5))
+        e = _entry(hour + 1.0)
+        store.put(Entry(**{**{f: getattr(e, f) for f in e.__struct_fields__}, "documents": 3, "audio_seconds": 1.5}))
+        rows = await store.rows(None, None, None, None)
+        await store.close()
+        return rows
+
+    [(dims, vals)] = asyncio.run(main())
+    assert vals[METRICS.index("requests")] == 5 and vals[METRICS.index("documents")] == 3
+    assert vals[METRICS.index("audio_seconds")] == 1.5

@@ -59,6 +59,16 @@ class _Message(Turn):
     def own_failure_code(self, err: GatewayError) -> str:
         return "timeout_error" if err.kind == "timeout" else "api_error"
 
+    def early_failure(self, err: GatewayError) -> bytes:
+        """The `event: error` of a stream that failed while its model loaded (surfaces/loading.py),
+        before an Exchange answered: no prompt count to say, none needed."""
+        req = self.req
+        enc = AnthropicStreamEncoder(message_id=self.message_id, model=req.model, signer=self.signer,
+                                     input_tokens=lambda: _estimated_input_tokens(self.body, req),
+                                     hide_reasoning=req.reasoning_hidden)
+        code = "overloaded_error" if err.kind == "overloaded" else self.own_failure_code(err)
+        return enc.fail(code, err.message)
+
     def finish(self, enc: StreamEncoder, ex: Exchange) -> bytes:
         assert isinstance(enc, AnthropicStreamEncoder)
         if enc.output_tokens is None:
@@ -89,7 +99,7 @@ class _Message(Turn):
 async def messages(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     front = await inbound(request, gw, t, "anthropic", lambda b: parse_request(b, signer=gw.signer))
     turn = _Message(front, gw)
-    async with exchange(request, gw, t, front, turn.req) as ex:
+    async with exchange(request, gw, t, front, turn.req, turn) as ex:
         return await answer(request, gw, t, ex, turn)
 
 

@@ -10,8 +10,12 @@ the encoder keeps the latest report), then `data: [DONE]`. An upstream failure m
 
 llama.cpp (`InfillStream`, `infill_whole`): `data: {"index": 0, "content", "stop": false,
 "tokens_predicted", "tokens_evaluated"}` per piece, then the object with `stop: true`, the
-`stop_type` (`eos`, `limit`, `word` with `stopping_word`) and the counts; no `[DONE]` (llama.cpp
-sends none on /infill). A whole answer is that last object with all the `content`.
+`stop_type` (`eos`, `limit`, `word` with `stopping_word`) and the counts (`tokens_cached` the
+backend's cached prompt tokens where it reports them); no `[DONE]` (llama.cpp sends none on
+/infill). A whole answer is that last object with all the `content`. With `response_fields` the
+last object holds exactly the fields named, flattened as llama.cpp does (native.py `trimmed`).
+This is the shape for a backend other than llama.cpp; a llama.cpp backend's own objects are
+relayed (native.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import msgspec
 
 from ... import canonical as c
+from .native import trimmed
 
 _encode = msgspec.json.encode
 
@@ -158,9 +163,10 @@ def _infill_counts(u: c.Usage) -> dict:
 class InfillStream(_Counts):
     """llama.cpp's /infill, streamed."""
 
-    def __init__(self, *, model: str) -> None:
+    def __init__(self, *, model: str, fields: list[str] | None = None) -> None:
         super().__init__()
         self.model = model
+        self.fields = fields
         self.pieces = 0
 
     def feed(self, ev: c.Event) -> bytes:
@@ -182,21 +188,22 @@ class InfillStream(_Counts):
 
     def finish(self) -> bytes:
         self.ended = True
-        return _sse({"index": 0, "content": "", "stop": True, "model": self.model,
-                     **_infill_counts(self.usage), **_stop_fields(self.fin), "truncated": False})
+        return _sse(trimmed({"index": 0, "content": "", "stop": True, "model": self.model,
+                             **_infill_counts(self.usage), **_stop_fields(self.fin), "truncated": False},
+                            self.fields))
 
     def fail(self, code: str, message: str) -> bytes:
         self.ended = True
         return _sse(infill_error(504 if code == "timeout" else 500, message))
 
 
-def infill_whole(events: list[c.Event], *, model: str) -> tuple[dict, str | None]:
+def infill_whole(events: list[c.Event], *, model: str, fields: list[str] | None = None) -> tuple[dict, str | None]:
     got = _gather(events)
     if isinstance(got, str):
         return {}, got
     text, counts = got
-    return {"index": 0, "content": text, "stop": True, "model": model,
-            **_infill_counts(counts.usage), **_stop_fields(counts.fin), "truncated": False}, None
+    return trimmed({"index": 0, "content": text, "stop": True, "model": model,
+                    **_infill_counts(counts.usage), **_stop_fields(counts.fin), "truncated": False}, fields), None
 
 
 _LLAMA_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

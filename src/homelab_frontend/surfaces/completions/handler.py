@@ -9,7 +9,9 @@ differs is the upstream call, made by `TextTurn.open_upstream`:
   the model's FIM tokens, or refuses with a 501 that reaches the client as a 400 naming the
   suffix), an Ollama backend as `suffix` on its `/v1/completions` (Ollama fills its model's
   template); any other backend cannot take it: a 400 naming the field, never dropped silently;
-* `/infill` to a llama.cpp backend: the client's own llama.cpp fields, to its `/infill`;
+* `/infill` (or llama.cpp's `/completion`) to a llama.cpp backend: the client's own llama.cpp
+  fields, to its `/infill` (`/completion`), and llama.cpp's own objects back to the client as they
+  came, the last one trimmed by the client's `response_fields` (native.py);
 * otherwise the prompt as it is, to `/v1/completions`.
 Every upstream answer is read as a stream (`upstream_stream_only`), decoded by upstream/
 text_decode.py, and encoded in the client's dialect (encode.py; Ollama's NDJSON encoder for
@@ -41,9 +43,10 @@ from ...upstream.client import UpstreamFailure
 from ...upstream.text_decode import InfillDecoder, TextChunkDecoder
 from ..context import Gateway
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
-from .encode import InfillStream, TextStream, infill_whole, text_whole
+from .encode import InfillStream, TextStream, infill_error, infill_whole, text_whole
 from .fim import extra_text, render
-from .request import TextCall, parse_completions, parse_infill
+from .native import NativeDecoder, NativeStream, native_whole
+from .request import TextCall, parse_completions, parse_infill, parse_native_completion
 
 _encode = msgspec.json.encode
 
@@ -62,7 +65,8 @@ class TextTurn(Turn):
         self.call = call
         self.req = call.request
         self.route = front.route
-        self._infill = False  # the upstream call went to llama.cpp's /infill
+        self._infill = False  # the upstream call went to llama.cpp's /infill (or /completion)
+        self._native: NativeDecoder | None = None  # its objects, relayed as they came (native.py)
 
     @property
     def suffix_field(self) -> str:
@@ -91,6 +95,8 @@ class TextTurn(Turn):
         return await ex.attempt(lambda: self._open(ex))
 
     def decoder(self):
+        if self._native is not None:
+            return self._native
         return InfillDecoder() if self._infill else TextChunkDecoder()
 
     async def _open(self, ex: Exchange):
@@ -100,9 +106,12 @@ class TextTurn(Turn):
         if call.vllm_only and kind != "vllm":
             raise _bad(call.vllm_only, f"only a vLLM backend can return it; backend {ex.backend.name!r} is {kind}")
         self._infill = False
+        self._native = None  # set anew for each attempt (a failover may land on another kind)
         body: dict
-        if call.llama is not None and kind == "llamacpp":  # /infill to llama.cpp: relayed
+        if call.llama is not None and kind == "llamacpp":  # /infill, /completion to llama.cpp: relayed
             self._infill = True
+            # its objects go back as they came; the encoder and `whole` read them off this decoder
+            self._native = NativeDecoder(whole=not call.stream)
             body = self._infill_body()
         elif call.suffix is not None and route.fim is not None:
             prompt = render(route.fim, call.prompt, call.suffix, extra_text(call.extra))
@@ -119,8 +128,9 @@ class TextTurn(Turn):
             body = self._completions_body(ex, call.prompt)
         if not self._infill:
             return await ex.open("/completions", _encode(body), stream=True)
+        path = "/completion" if call.endpoint == "completion" else "/infill"
         try:
-            return await ex.open("/infill", _encode(body), stream=True, root=True)
+            return await ex.open(path, _encode(body), stream=True, root=True)
         except UpstreamFailure as err:
             if err.upstream_status == 501:  # llama.cpp: "Infill is not supported by this model"
                 raise _bad(self.suffix_field,
@@ -136,7 +146,7 @@ class TextTurn(Turn):
             opts["continuous_usage_stats"] = True  # exact counts for a generation cut short too
         body = {"model": self.route.upstream_model, "prompt": prompt, "stream": True, "stream_options": opts,
                 **self.call.params}
-        if self.call.endpoint == "infill" and self.call.warmup:
+        if self.call.endpoint in ("infill", "completion") and self.call.warmup:
             # llama.vscode's warm-up (n_predict 0) fills llama.cpp's prompt cache; an OpenAI-shaped
             # backend refuses 0 tokens, so it generates one (its prefix cache is warmed alike)
             body["max_tokens"] = 1
@@ -181,11 +191,23 @@ class _OpenAITurn(TextTurn):
 
 
 class _InfillTurn(TextTurn):
-    def encoder(self) -> InfillStream:
-        return InfillStream(model=self.call.model)
+    """llama.cpp's /infill and /completion: its own objects from a llama.cpp backend (native.py),
+    or built from the canonical events of any other (encode.py), the last one trimmed by the
+    client's `response_fields` either way."""
+
+    def encoder(self) -> InfillStream | NativeStream:
+        if self._native is not None:
+            return NativeStream(self._native, self.call.fields, infill_error, model=self.call.model)
+        return InfillStream(model=self.call.model, fields=self.call.fields)
 
     def whole(self, events: list[c.Event], ex: Exchange) -> dict:
-        doc, failure = infill_whole(events, model=self.call.model)
+        if self._native is not None:
+            err = next((ev for ev in events if type(ev) is c.UpstreamError), None)
+            if err is not None:
+                raise self._failed(ex, err.message)
+            return native_whole(self._native, self.call.fields, model=self.call.model,
+                                return_tokens=(self.call.llama or {}).get("return_tokens") is True)
+        doc, failure = infill_whole(events, model=self.call.model, fields=self.call.fields)
         if failure is not None:
             raise self._failed(ex, failure)
         return doc
@@ -222,7 +244,7 @@ async def run(request: web.Request, gw: Gateway, t: Tracked, front: Inbound, tur
     """The common tail of every completion surface: checks, latest-wins, the slot, the answer."""
     turn.check()
     async with latest(request, gw, t, front, turn.call):
-        async with exchange(request, gw, t, front, turn.req) as ex:
+        async with exchange(request, gw, t, front, turn.req, turn) as ex:
             return await answer(request, gw, t, ex, turn)
 
 
@@ -233,4 +255,10 @@ async def completions(request: web.Request, gw: Gateway, t: Tracked) -> web.Stre
 
 async def infill(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     front = await inbound(request, gw, t, "infill", parse_infill(gw.cfg.completions.default_model))
+    return await run(request, gw, t, front, _InfillTurn(front.parsed, front))
+
+
+async def native_completion(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
+    """llama.cpp's own `/completion` (Continue's and Twinny's llama.cpp providers)."""
+    front = await inbound(request, gw, t, "infill", parse_native_completion(gw.cfg.completions.default_model))
     return await run(request, gw, t, front, _InfillTurn(front.parsed, front))

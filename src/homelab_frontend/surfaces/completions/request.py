@@ -8,10 +8,16 @@ Three dialects ask for the same thing, text after (and before) a cursor:
   the field); `logprobs` is a 400 (the answer is decoded into canonical events, which carry no
   token probabilities). Unknown fields are accepted and never forwarded.
 * llama.cpp's `POST /infill`: `input_prefix`, `input_suffix` (both required, as llama.cpp says),
-  `input_extra` ([{filename, text}]), `prompt` (appended to the prefix), `n_predict`,
-  `t_max_predict_ms` and llama.cpp's samplers; `model` optional (a configured default). To a
-  llama.cpp backend the client's own llama.cpp fields go as they are (an allow-list); to any other
-  backend the request is rendered through the model's FIM template.
+  `input_extra` ([{filename, text}]), `prompt` (appended to the prefix), `n_predict` (or its
+  aliases `max_tokens`, `max_completion_tokens`, as llama.cpp reads them), `t_max_predict_ms`,
+  `response_fields` (a list of strings) and llama.cpp's samplers; `model` optional (a configured
+  default). To a llama.cpp backend the client's own llama.cpp fields go as they are (an
+  allow-list, `_LLAMA_FIELDS`: `response_fields` and `stream` excepted, which the gateway applies
+  itself, and `n_cmpl` / `n`, since one request runs one sequence in one slot: the answer is one
+  object); to any other backend the request is rendered through the model's FIM template.
+* llama.cpp's `POST /completion` (Continue's and Twinny's llama.cpp providers): `prompt` (a
+  string) and the same llama.cpp fields; to a llama.cpp backend relayed to its `/completion`, to
+  any other the prompt to its `/v1/completions`, answered in llama.cpp's shape alike.
 * Ollama's `POST /api/generate` with `raw: true` or `suffix` (surfaces/ollama/request.py decides
   and builds the TextCall with `ollama_call`).
 
@@ -28,7 +34,7 @@ from ... import canonical as c
 from ...errors import GatewayError
 from ..body import decode_object
 
-Endpoint = Literal["completions", "infill", "generate"]
+Endpoint = Literal["completions", "infill", "completion", "generate"]
 
 
 class TextCall(msgspec.Struct):
@@ -41,7 +47,8 @@ class TextCall(msgspec.Struct):
     params: dict = msgspec.field(default_factory=dict)  # OpenAI-named sampling fields to forward
     include_usage: bool = False  # the client asked for the usage chunk (stream_options)
     vllm_only: str | None = None  # a field only vLLM can honour (echo)
-    llama: dict | None = None  # /infill: the client's llama.cpp fields, for a llama.cpp backend
+    llama: dict | None = None  # /infill, /completion: the client's llama.cpp fields, for a llama.cpp backend
+    fields: list[str] | None = None  # llama.cpp's response_fields: the last object trimmed to these
     warmup: bool = False  # a request that generates nothing (n_predict 0: a prefix-cache warm-up)
 
     @property
@@ -169,11 +176,58 @@ def parse_completions(body: bytes) -> TextCall:
                     warmup=mt == 0)
 
 
-# llama.cpp's own /infill fields a llama.cpp backend gets as the client sent them
-_LLAMA_FIELDS = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "t_max_predict_ms",
-                 "t_max_prompt_ms", "n_indent", "temperature", "top_k", "top_p", "min_p", "typical_p", "seed",
-                 "stop", "samplers", "cache_prompt", "repeat_penalty", "repeat_last_n", "presence_penalty",
-                 "frequency_penalty", "n_probs", "id_slot", "response_fields")
+# llama.cpp's own fields (server-schema.cpp) a llama.cpp backend gets as the client sent them. Left
+# out: `stream` and `response_fields` (the gateway reads a stream and trims the answer itself),
+# `n_cmpl` / `n` (one request runs one sequence in one slot), `verbose` (no effect on these answers)
+_LLAMA_FIELDS = ("input_prefix", "input_suffix", "input_extra", "prompt", "n_predict", "max_tokens",
+                 "max_completion_tokens", "t_max_predict_ms", "t_max_prompt_ms", "n_indent", "n_keep", "n_discard",
+                 "n_cache_reuse", "temperature", "dynatemp_range", "dynatemp_exponent", "top_k", "top_p", "min_p",
+                 "top_n_sigma", "xtc_probability", "xtc_threshold", "typical_p", "seed", "stop", "samplers",
+                 "cache_prompt", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+                 "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+                 "mirostat", "mirostat_tau", "mirostat_eta", "ignore_eos", "logit_bias", "grammar", "json_schema",
+                 "n_probs", "logprobs", "min_keep", "post_sampling_probs", "return_tokens", "return_progress",
+                 "timings_per_token", "id_slot", "lora", "sse_ping_interval")
+
+
+def _fields(raw: dict) -> list[str] | None:
+    v = raw.get("response_fields")
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(f, str) for f in v):
+        raise _bad("response_fields", "expected an array of strings (field names; `a/b` names b inside a)")
+    return v or None  # an empty list: every field, as llama.cpp answers it
+
+
+def _n_predict(raw: dict) -> int | None:
+    """llama.cpp's `n_predict`, or its aliases; -1 (no limit) -> None."""
+    for key in ("n_predict", "max_tokens", "max_completion_tokens"):
+        n = raw.get(key)
+        if n is None:
+            continue
+        if not _is_int(n) or n < -1:
+            raise _bad(key, f"expected an integer of at least -1 (-1: no limit), got {n!r}")
+        return n if n >= 0 else None
+    return None
+
+
+def _native(raw: dict, endpoint: Endpoint, model: str, prompt: str, suffix: str | None,
+            extra: list[dict]) -> TextCall:
+    """The TextCall of a llama.cpp-native request (/infill, /completion)."""
+    stream = _optional(raw, "stream", bool)
+    params: dict = {}
+    n = _n_predict(raw)
+    if n is not None:
+        params["max_tokens"] = n
+    stop = _stop(raw.get("stop"), "stop")
+    if stop:
+        params["stop"] = stop
+    _sampling(raw, params)
+    for key in ("return_tokens", "post_sampling_probs", "timings_per_token", "return_progress", "cache_prompt"):
+        _optional(raw, key, bool)
+    llama = {k: raw[k] for k in _LLAMA_FIELDS if k in raw}
+    return TextCall(endpoint, model, bool(stream), prompt, suffix, extra=extra, params=params, llama=llama,
+                    fields=_fields(raw), warmup=n == 0)
 
 
 def parse_infill(default_model: str | None):
@@ -195,21 +249,22 @@ def parse_infill(default_model: str | None):
                 raise _bad(f"input_extra[{i}].text", "required string field is missing")
             _optional(ch, "filename", str, f"input_extra[{i}].filename")
         prompt = _optional(raw, "prompt", str)
-        stream = _optional(raw, "stream", bool)
-        params: dict = {}
-        n = raw.get("n_predict")
-        if n is not None:
-            if not _is_int(n):
-                raise _bad("n_predict", "expected an integer")
-            if n >= 0:  # -1: no limit
-                params["max_tokens"] = n
-        stop = _stop(raw.get("stop"), "stop")
-        if stop:
-            params["stop"] = stop
-        _sampling(raw, params)
-        llama = {k: raw[k] for k in _LLAMA_FIELDS if k in raw}
-        return TextCall("infill", model, bool(stream), raw["input_prefix"] + (prompt or ""), raw["input_suffix"],
-                        extra=[{"filename": ch.get("filename"), "text": ch["text"]} for ch in extra],
-                        params=params, llama=llama, warmup=n == 0)
+        return _native(raw, "infill", model, raw["input_prefix"] + (prompt or ""), raw["input_suffix"],
+                       [{"filename": ch.get("filename"), "text": ch["text"]} for ch in extra])
+
+    return parse
+
+
+def parse_native_completion(default_model: str | None):
+    """llama.cpp's `POST /completion`; `default_model` for a body that names none."""
+
+    def parse(body: bytes) -> TextCall:
+        raw = decode_object(body)
+        model = _model(raw, default_model)
+        prompt = raw.get("prompt")
+        if not isinstance(prompt, str):
+            raise _bad("prompt", "required string field is missing" if prompt is None else
+                       "expected a string (token arrays are not taken through this gateway)")
+        return _native(raw, "completion", model, prompt, None, [])
 
     return parse

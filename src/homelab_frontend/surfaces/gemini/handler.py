@@ -127,6 +127,8 @@ async def _generate(request: web.Request, gw: Gateway, t: Tracked, model: str, s
     framing: Framing = "sse" if request.query.get("alt") == "sse" else "array"
     front = await inbound(request, gw, t, DIALECT, lambda b: _parse_generate(b, gw, model, stream))
     turn = _Generate(front.parsed, gw, framing)
+    # no announcer (surfaces/loading.py): Google's JS SDKs match `^data: ` at the start of what
+    # they have buffered, so any byte before the first event (a comment, a blank line) stalls them
     async with exchange(request, gw, t, front, turn.req) as ex:
         return await answer(request, gw, t, ex, turn)
 

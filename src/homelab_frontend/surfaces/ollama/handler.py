@@ -36,11 +36,12 @@ from ..body import decode_object
 from ..completions.handler import TextTurn, run as completion_run
 from ..context import Gateway
 from ..embeddings import embed as upstream_embeddings, vectors
+from .. import keep_alive as client_keep_alive
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import models as names
 from .assemble import AnswerFailed, WholeAssembler
 from .errors import model_not_found
-from .request import Call, keep_alive_seconds, parse_chat, parse_generate
+from .request import Call, parse_chat, parse_generate
 from .stream import NdjsonEncoder, durations, wall_clock
 
 # What /api/version says: an Ollama whose API this surface speaks. Clients gate features on it
@@ -173,6 +174,17 @@ class OllamaTurn(Turn):
         except AnswerFailed as err:
             raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
 
+    def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
+        """Ollama's stream has no comment: an object with nothing in it, as its own chunks are
+        made (surfaces/loading.py); with the note, the first says so as `thinking`."""
+        name = self.call.model  # the name the client sent (a TextCall's too, for raw and suffix)
+        text = f"loading model {name}...\n" if note and first else ""
+        if self.call.endpoint == "chat":
+            body: dict = {"message": {"role": "assistant", "content": "", **({"thinking": text} if text else {})}}
+        else:
+            body = {"response": "", **({"thinking": text} if text else {})}
+        return _encode({"model": name, "created_at": wall_clock(), **body, "done": False}) + b"\n"
+
     def finish(self, enc, ex: Exchange) -> bytes:
         tail = enc.finish(self._durations())
         if enc.failed:  # the model's tool call arguments were no JSON object: the client got an error
@@ -194,17 +206,14 @@ class OllamaTextTurn(TextTurn, OllamaTurn):
 def _lifetime(gw: Gateway, route: Route, call: Call) -> None:
     """What an Ollama client says of its model's lifetime, for the managed backends (`run:`)
     that serve it: a load request (no prompt) starts them, `keep_alive` is their idle time from
-    now on (lifecycle/fleet.py: Fleet.keep_alive), 0 unloads them after their running requests."""
+    now on, 0 without a prompt unloads them after their running requests (lifecycle/keep_alive.py;
+    surfaces/keep_alive.py applies it, within what the operator allows)."""
     fleet = gw.fleet
-    given = call.keep_alive is not None
-    seconds = keep_alive_seconds(call.keep_alive) if given else None
-    for b in route.backends:
-        if not fleet.managed(b.name):
-            continue
-        if given:
-            fleet.keep_alive(b.name, seconds)
-        if call.request is None and not call.unload:
-            fleet.want(b.name)
+    client_keep_alive.apply(gw, route, call.keep_alive, prompt=call.request is not None)
+    if call.request is None and not call.unload:
+        for b in route.backends:
+            if fleet.managed(b.name):
+                fleet.want(b.name)
 
 
 def _loaded(call: Call) -> dict:
@@ -231,8 +240,9 @@ async def _generation(request: web.Request, gw: Gateway, t: Tracked, parse: Call
         return _json(_loaded(call), gw, t)
     if call.text is not None:  # raw or suffix: a completion (surfaces/completions/), not a chat
         return await completion_run(request, gw, t, front, OllamaTextTurn(call, front, t))
-    async with exchange(request, gw, t, front, call.request) as ex:
-        return await answer(request, gw, t, ex, OllamaTurn(call, t))
+    turn = OllamaTurn(call, t)
+    async with exchange(request, gw, t, front, call.request, turn) as ex:
+        return await answer(request, gw, t, ex, turn)
 
 
 async def chat(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
@@ -247,10 +257,12 @@ async def generate(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamR
 
 
 async def _embed_upstream(request: web.Request, gw: Gateway, t: Tracked, name: str, inputs: list[str],
-                          dimensions: int | None) -> tuple[list[list[float]], int | None]:
+                          dimensions: int | None, keep_alive: object = None) -> tuple[list[list[float]], int | None]:
     t.model = name
+    asked = client_keep_alive.parse(keep_alive)
     route = resolve(gw, name)
     front = Inbound(b"", None, route, gw.auth.admit(request, route, "ollama"))
+    client_keep_alive.apply(gw, route, asked)
     upstream_body: dict = {"model": route.upstream_model, "input": inputs}
     if dimensions is not None:
         upstream_body["dimensions"] = dimensions
@@ -275,7 +287,7 @@ async def embed(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     dims = raw.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise GatewayError("invalid_request", "dimensions: expected a positive integer", param="dimensions")
-    vectors, prompt = await _embed_upstream(request, gw, t, name, inputs, dims)
+    vectors, prompt = await _embed_upstream(request, gw, t, name, inputs, dims, raw.get("keep_alive"))
     elapsed = time.monotonic() - t.started
     # load_duration is what it is for a chat (stream.durations): the wait for a managed server
     # to start, not the queue or the backend's answer
@@ -294,5 +306,5 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Respo
     prompt = raw.get("prompt")
     if not isinstance(prompt, str):
         raise GatewayError("invalid_request", "prompt: required string field is missing", param="prompt")
-    vectors, _ = await _embed_upstream(request, gw, t, name, [prompt], None)
+    vectors, _ = await _embed_upstream(request, gw, t, name, [prompt], None, raw.get("keep_alive"))
     return _json({"embedding": vectors[0]}, gw, t)

@@ -65,12 +65,12 @@ keep_alive
 from __future__ import annotations
 
 import binascii
-import re
 from typing import Any, Literal
 
 import msgspec
 
 from ... import canonical as c
+from ...lifecycle.keep_alive import Forever, seconds as keep_alive_seconds
 from ..body import decode_object
 from ..completions.request import TextCall
 from ..fields import boolean as _bool, function_tool, integer, invalid as _bad, kind_of as _kind, number, string as _str
@@ -88,13 +88,13 @@ class Call(msgspec.Struct):
     model: str
     stream: bool
     request: c.Request | None  # None: only load / unload the model (no prompt, no messages)
-    keep_alive: float | str | None = None
+    keep_alive: float | Forever | None = None  # in seconds (lifecycle/keep_alive.py)
     # /api/generate with `raw: true` or a `suffix`: a completion (surfaces/completions/), not a chat
     text: TextCall | None = None
 
     @property
     def unload(self) -> bool:
-        return self.keep_alive is not None and keep_alive_seconds(self.keep_alive) == 0
+        return self.keep_alive == 0
 
 
 _SNIFF = (
@@ -242,36 +242,13 @@ def _format(v: Any) -> dict | None:
     raise _bad("format", f'expected "json" or a JSON schema object, got {v!r}'[:200])
 
 
-def _keep_alive(v: Any) -> float | str | None:
+def _keep_alive(v: Any) -> float | Forever | None:
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise _bad("keep_alive", f'expected a duration ("5m", "1h") or a number of seconds, got {_kind(v)}')
-    if isinstance(v, str) and keep_alive_seconds(v) is _BAD:
-        raise _bad("keep_alive", f'expected a duration such as "5m", "1h30m", "300ms" or "-1", got {v!r}'[:200])
-    return v
-
-
-_BAD = object()
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def keep_alive_seconds(v: float | str) -> Any:
-    """Ollama's keep_alive in seconds: a number of seconds, or a Go duration ("5m", "1h30m");
-    negative means forever (None). _BAD for a string that is neither."""
-    if isinstance(v, str):
-        text = v.strip()
-        try:
-            v = float(text)
-        except ValueError:
-            sign = -1.0 if text.startswith("-") else 1.0
-            body = text.lstrip("+-")
-            parts = _DURATION.findall(body)
-            if not body or "".join(n + u for n, u in parts) != body:
-                return _BAD
-            v = sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
-    return None if v < 0 else float(v)
+    try:
+        return keep_alive_seconds(v)
+    except ValueError as err:
+        raise _bad("keep_alive", str(err)) from None
 
 
 def _options(v: Any, req: c.Request) -> None:

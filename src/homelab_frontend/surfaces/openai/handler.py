@@ -44,7 +44,9 @@ from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
 from ..embeddings import embed
-from ..skeleton import SSE_HEADERS, exchange, inbound, stream_response
+from .. import keep_alive as client_keep_alive
+from ..loading import sse_comment
+from ..skeleton import SSE_HEADERS, exchange, inbound, started_stream
 from ..usage import UsageFold
 from .models import openai_entry
 from .request import StreamOptions, parse_request
@@ -85,6 +87,29 @@ class _Chat(NamedTuple):
         return self.req.stream
 
 
+class _Loading:
+    """What a Chat Completions stream gets while its model loads (surfaces/loading.py): SSE
+    comments; with `lifecycle.loading_note`, the first as a `reasoning_content` delta instead
+    (where llama-swap puts its note), which a client shows as the model's reasoning."""
+
+    stream_headers = SSE_HEADERS
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
+        if not (note and first):
+            return sse_comment(model, waited_s)
+        chunk = {"id": "chatcmpl-loading", "object": "chat.completion.chunk", "created": int(time.time()),
+                 "model": self.model, "choices": [{"index": 0, "delta": {
+                     "role": "assistant", "reasoning_content": f"loading model {self.model}...\n"},
+                     "finish_reason": None}]}
+        return b"data: " + _encode(chunk) + b"\n\n"
+
+    def early_failure(self, err: GatewayError) -> bytes:
+        return error_chunk(err.message, "timeout_error" if err.kind == "timeout" else "api_error")
+
+
 def _parse(body: bytes) -> _Chat:
     return _Chat(*parse_request(body))
 
@@ -93,7 +118,7 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
     front = await inbound(request, gw, t, "openai", _parse)
     req, usage_opts = front.parsed
     route = front.route
-    async with exchange(request, gw, t, front, req) as ex:
+    async with exchange(request, gw, t, front, req, _Loading(route.client_model)) as ex:
         # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
         streamed = req.stream or ex.backend.cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
@@ -112,8 +137,9 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
             await out.write_eof()
             return out
         upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
-        out = stream_response(SSE_HEADERS, gw.headers(t))
-        await out.prepare(request)
+        out = started_stream(request, SSE_HEADERS, gw, t)
+        if not out.prepared:
+            await out.prepare(request)
         await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
         return out
 
@@ -273,8 +299,10 @@ async def embeddings(request: web.Request, gw: Gateway, t: Tracked) -> web.Strea
     if "input" not in raw:
         raise GatewayError("invalid_request", "input: required field is missing", param="input")
     t.model = model
+    asked = client_keep_alive.parse(raw.get("keep_alive"))
     route = gw.router.resolve(model)
     principal = gw.auth.admit(request, route, "openai")
+    client_keep_alive.apply(gw, route, asked)
     allowed = ("input", "encoding_format", "dimensions", "user", "truncate_prompt_tokens")
     upstream_body = {"model": route.upstream_model, **{k: raw[k] for k in allowed if k in raw}}
     async with gw.hold(principal), Exchange(t, route, gw.clients, principal) as ex:

@@ -88,14 +88,15 @@ class _Response(Turn):
 
     midstream_code = "server_error"
 
-    def __init__(self, state: State, parsed: ParsedRequest, history: list[c.Message], owner: str) -> None:
+    def __init__(self, state: State, parsed: ParsedRequest, history: list[c.Message], owner: str,
+                 as_summary: bool = False) -> None:
         self.state, self.parsed, self.history, self.owner = state, parsed, history, owner
         self.req = parsed.canonical(history)
         self.resp_id = new_id("resp_")
         self.enc = ResponsesStreamEncoder(base=base_response(self.resp_id, parsed, parsed.previous_response_id),
                                           names=parsed.names,
                                           sealer=state.sealer if parsed.include_encrypted else None,
-                                          summary=parsed.reasoning_summary)
+                                          summary=parsed.reasoning_summary and as_summary)
 
     def encoder(self) -> ResponsesStreamEncoder:
         return self.enc
@@ -141,8 +142,8 @@ async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamRes
             raise GatewayError("not_found", f"previous_response_id: no response with id {prev!r}",
                                param="previous_response_id")
         history = rec.history
-    turn = _Response(state, parsed, history, owner)
-    async with exchange(request, gw, t, front, turn.req) as ex:
+    turn = _Response(state, parsed, history, owner, gw.cfg.responses.reasoning_as_summary)
+    async with exchange(request, gw, t, front, turn.req, turn) as ex:
         return await answer(request, gw, t, ex, turn)
 
 

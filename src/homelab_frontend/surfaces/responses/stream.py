@@ -76,12 +76,13 @@ Choices (and why)
 * Function names come back un-flattened: `names` maps the upstream name to (namespace, name).
 * With a sealer (the client asked for `reasoning.encrypted_content`), each finished reasoning item
   carries its text sealed (sealed.py).
-* `summary=True` (the client asked for `reasoning.summary`): the gateway has no summarizer, and a
-  client that asks for a summary shows only the summary (the Vercel AI SDK reads nothing else of
-  a reasoning item; Codex shows summary deltas, raw reasoning only with show_raw_agent_reasoning).
-  So the reasoning text is given as the item's one `summary_text` part, streamed as
-  `reasoning_summary_text.delta`, and `content` stays empty: the same text twice would be shown
-  twice by a client that reads both.
+* `summary=True` (the operator's `responses.reasoning_as_summary`, and the client asked for
+  `reasoning.summary`): the gateway has no summarizer, so the reasoning text is given as the
+  item's one `summary_text` part, streamed as `reasoning_summary_text.delta`, and `content` stays
+  empty (the same text twice would be shown twice by a client that reads both). By default
+  (False) the raw reasoning is `content` whatever the client asked, as vLLM's own Responses
+  server answers (vLLM 0.32: responses/streaming_events.py and utils.py: `summary: []`,
+  `reasoning_text` deltas).
 * usage.output_tokens_details.reasoning_tokens is the upstream's own count when it reports one
   (vLLM: completion_tokens_details.reasoning_tokens). Else `reasoning_tokens` counts reasoning
   deltas: one token each where the upstream streams a token per chunk (llama.cpp, Ollama); a

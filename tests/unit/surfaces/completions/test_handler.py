@@ -109,6 +109,21 @@ def test_a_llamacpp_clients_own_infill_fields_are_relayed_as_sent():
     assert path == "/infill" and body == {"input_prefix": "a", "input_suffix": "b", "n_indent": 4, "stream": True}
 
 
+def test_a_llamacpp_client_of_a_llamacpp_backend_gets_the_native_relay_and_others_the_rebuilt_shape():
+    from homelab_frontend.surfaces.completions.encode import InfillStream
+    from homelab_frontend.surfaces.completions.native import NativeDecoder, NativeStream
+
+    call = TextCall(endpoint="completion", model="coder", stream=True, prompt="x", llama={"prompt": "x"},
+                    fields=["content"])
+    turn = handler._InfillTurn(call, SimpleNamespace(route=_route("llamacpp", "vllm")))
+    path, body, root = _open(turn, "llamacpp")
+    assert (path, root, body) == ("/completion", True, {"prompt": "x", "stream": True})
+    assert isinstance(turn.decoder(), NativeDecoder) and isinstance(turn.encoder(), NativeStream)
+    path, body, _ = _open(turn, "vllm")  # the same request failed over to another kind
+    assert path == "/completions" and body["prompt"] == "x"
+    assert isinstance(turn.decoder(), TextChunkDecoder) and isinstance(turn.encoder(), InfillStream)
+
+
 def test_a_warmup_to_an_openai_shaped_backend_asks_one_token_not_zero():
     call = TextCall(endpoint="infill", model="coder", stream=False, prompt="a", params={"max_tokens": 0}, warmup=True)
     _, body, _ = _open(handler._InfillTurn(call, SimpleNamespace(route=_route("vllm"))), "vllm")

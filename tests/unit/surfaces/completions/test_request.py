@@ -7,7 +7,7 @@ import json
 import pytest
 
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.surfaces.completions.request import parse_completions, parse_infill
+from homelab_frontend.surfaces.completions.request import parse_completions, parse_infill, parse_native_completion
 
 
 def body(**kw) -> bytes:
@@ -72,3 +72,62 @@ def test_infill_without_a_model_or_default_and_missing_fields():
     with pytest.raises(GatewayError) as exc:
         parse_infill("m")(b'{"input_prefix": "a", "input_suffix": "", "input_extra": [{"filename": "x"}]}')
     assert exc.value.param == "input_extra[0].text"
+
+
+def test_llama_vim_infill_keeps_its_response_fields_for_the_gateway_and_not_the_backend():
+    fields = ["content", "timings/prompt_n", "truncated", "tokens_cached"]
+    raw = {"id_slot": 0, "input_prefix": "def f():\n", "input_suffix": "\n", "input_extra": [], "prompt": "    ",
+           "n_predict": 128, "stop": [], "n_indent": 4, "top_k": 40, "top_p": 0.9,
+           "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True, "t_max_prompt_ms": 500,
+           "t_max_predict_ms": 250, "response_fields": fields, "model": ""}
+    call = parse_infill("coder")(json.dumps(raw).encode())
+    assert call.model == "coder" and call.fields == fields and not call.stream and not call.warmup
+    assert "response_fields" not in call.llama and "stream" not in call.llama and "model" not in call.llama
+    assert call.llama["samplers"] == ["top_k", "top_p", "infill"] and call.llama["n_indent"] == 4
+    warm = parse_infill("coder")(json.dumps({**raw, "n_predict": 0, "response_fields": [""]}).encode())
+    assert warm.warmup and warm.fields == [""]
+    assert parse_infill("coder")(json.dumps({**raw, "response_fields": []}).encode()).fields is None
+
+
+def test_llama_fields_that_shape_the_answer_are_relayed_and_n_cmpl_is_not():
+    raw = {"input_prefix": "a", "input_suffix": "b", "n_probs": 2, "post_sampling_probs": True, "return_tokens": True,
+           "timings_per_token": True, "return_progress": True, "n_cmpl": 3, "n": 2, "verbose": True}
+    call = parse_infill("m")(json.dumps(raw).encode())
+    assert {k: call.llama[k] for k in ("n_probs", "post_sampling_probs", "return_tokens", "timings_per_token",
+                                       "return_progress")} == {"n_probs": 2, "post_sampling_probs": True,
+                                                               "return_tokens": True, "timings_per_token": True,
+                                                               "return_progress": True}
+    assert not {"n_cmpl", "n", "verbose"} & set(call.llama)  # one request, one sequence, one object back
+
+
+@pytest.mark.parametrize("raw, param", [
+    ({"response_fields": "content"}, "response_fields"),
+    ({"response_fields": ["content", 1]}, "response_fields"),
+    ({"return_tokens": "yes"}, "return_tokens"),
+    ({"n_predict": -2}, "n_predict"),
+    ({"max_tokens": "8"}, "max_tokens"),
+])
+def test_bad_llama_fields_are_a_400_naming_them(raw, param):
+    with pytest.raises(GatewayError) as e:
+        parse_infill("m")(json.dumps({"input_prefix": "a", "input_suffix": "b", **raw}).encode())
+    assert e.value.param == param
+
+
+def test_n_predict_and_its_aliases():
+    p = parse_infill("m")
+    assert p(b'{"input_prefix":"a","input_suffix":"b","max_tokens":7}').params["max_tokens"] == 7
+    assert p(b'{"input_prefix":"a","input_suffix":"b","max_completion_tokens":0}').warmup
+    assert "max_tokens" not in p(b'{"input_prefix":"a","input_suffix":"b","n_predict":-1}').params
+
+
+def test_native_completion_is_continues_and_twinnys_llamacpp_shape():
+    # Continue's llama.cpp provider (core/llm/llms/LlamaCpp.ts) and Twinny's (provider-options.ts)
+    call = parse_native_completion(None)(json.dumps({"model": "coder", "prompt": "<PRE> a <SUF>b <MID>", "stream": True,
+                                                     "n_predict": 16, "top_k": 40, "stop": ["\n\n"]}).encode())
+    assert call.endpoint == "completion" and call.stream and call.suffix is None and call.prompt.startswith("<PRE>")
+    assert call.params == {"max_tokens": 16, "stop": ["\n\n"], "top_k": 40}
+    twinny = parse_native_completion("coder")(b'{"prompt": "x", "stream": true, "temperature": 0.2, "max_tokens": 9}')
+    assert twinny.model == "coder" and twinny.params["max_tokens"] == 9 and twinny.llama["max_tokens"] == 9
+    with pytest.raises(GatewayError) as e:
+        parse_native_completion("m")(b'{"prompt": [1, 2]}')
+    assert e.value.param == "prompt"

@@ -13,6 +13,7 @@ import pytest
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
+from homelab_frontend.lifecycle.keep_alive import FOREVER
 from homelab_frontend.request.tracker import Tracked
 from homelab_frontend.surfaces.ollama import handler
 from homelab_frontend.surfaces.ollama.request import parse_chat, parse_generate
@@ -65,8 +66,8 @@ class _Fleet:
     def managed(self, name):
         return name in self.managed_names
 
-    def keep_alive(self, name, seconds):
-        self.calls.append(("keep_alive", name, seconds))
+    def keep_alive(self, name, seconds, *, prompt=True):
+        self.calls.append(("keep_alive", name, seconds, prompt))
 
     def want(self, name):
         self.calls.append(("want", name))
@@ -78,10 +79,12 @@ def _route(*names):
 
 @pytest.mark.parametrize("body, expected", [
     (b'{"model": "m"}', [("want", "run")]),  # a load request starts the managed server
-    (b'{"model": "m", "keep_alive": "5m"}', [("keep_alive", "run", 300), ("want", "run")]),
-    (b'{"model": "m", "keep_alive": 0}', [("keep_alive", "run", 0)]),  # an unload starts nothing
+    (b'{"model": "m", "keep_alive": "5m"}', [("keep_alive", "run", 300, False), ("want", "run")]),
+    (b'{"model": "m", "keep_alive": 0}', [("keep_alive", "run", 0, False)]),  # an unload starts nothing
     (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}', []),
-    (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "keep_alive": -1}', [("keep_alive", "run", None)]),
+    (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "keep_alive": -1}', [("keep_alive", "run", FOREVER, True)]),
+    # 0 with a prompt: answered, then stopped once idle (a TTL of 0), not an unload
+    (b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "keep_alive": "0s"}', [("keep_alive", "run", 0, True)]),
 ])
 def test_a_clients_word_on_its_models_lifetime_reaches_only_managed_backends(body, expected):
     fleet = _Fleet({"run"})

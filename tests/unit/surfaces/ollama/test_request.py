@@ -167,7 +167,7 @@ def test_empty_chat_and_generate_only_load_and_keep_alive_zero_unloads():
     assert call.request is None and not call.unload
     call = parse_generate(b'{"model": "m", "prompt": "", "keep_alive": 0}')  # Open WebUI's unload
     assert call.request is None and call.unload
-    assert parse_generate(b'{"model": "m", "keep_alive": "5m"}').keep_alive == "5m"
+    assert parse_generate(b'{"model": "m", "keep_alive": "5m"}').keep_alive == 300.0
 
 
 def test_generate_prompt_system_images():

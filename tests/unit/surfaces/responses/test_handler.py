@@ -115,3 +115,16 @@ def test_the_dialects_failure_codes():
     turn = _turn(_Store())
     assert turn.midstream_code == "server_error"
     assert isinstance(turn.own_failure_code(GatewayError("timeout", "slow")), str)
+
+
+@pytest.mark.parametrize("asked,as_summary,summary", [(True, False, False), (True, True, True), (False, True, False)])
+def test_the_reasoning_is_a_summary_only_when_asked_and_the_operator_says_so(asked, as_summary, summary):
+    """vLLM's own Responses server gives raw reasoning as `content` whatever `reasoning.summary`
+    says; `responses.reasoning_as_summary` makes it the summary a client asked for."""
+    turn = handler._Response(_state(_Store()), _parsed(reasoning={"summary": "auto"} if asked else {}), [], "alice", as_summary)
+    doc = turn.whole([c.ReasoningDelta("hmm"), c.TextDelta("4"), c.Finish("stop")], _ex())
+    rs = doc["output"][0]
+    if summary:
+        assert rs["summary"] == [{"type": "summary_text", "text": "hmm"}] and rs["content"] == []
+    else:
+        assert rs["summary"] == [] and rs["content"] == [{"type": "reasoning_text", "text": "hmm"}]
