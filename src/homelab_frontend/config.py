@@ -67,7 +67,7 @@ class ReadLimits(msgspec.Struct, forbid_unknown_fields=True):
     """A whole non-streaming answer (or error, probe) body."""
 
 
-BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "whispercpp"]
+BackendKind = Literal["vllm", "ollama", "llamacpp", "openai", "whispercpp", "peer"]
 # The relayed endpoints a backend's `paths` may place elsewhere (upstream/backend_kind.py).
 MEDIA_ENDPOINTS = ("rerank", "rerank_v2", "score", "transcriptions", "translations", "speech", "voices",
                    "audio_models", "image_generations", "image_edits")
@@ -138,6 +138,23 @@ class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
     (OpenAI Chat's reasoning_content, Ollama's thinking)."""
 
 
+# -- several boxes (docs/several-boxes.md): a peer is another homelab-frontend used as a backend --
+
+
+class Peer(msgspec.Struct, forbid_unknown_fields=True):
+    """A backend of `kind: peer`: another box's gateway, its url that gateway's `/llm/v1`, its
+    `api_key_env` a key of that gateway's (marked `peer: true` there). Its models, their state and
+    its slots come from the peer's own `/llm/v1/models`, read every `health_interval_s`."""
+
+    models: list[str] | None = None
+    """The peer's models served here under their own names (names or globs); null: all of them. A
+    model in `models:` that names this backend is served whatever this says."""
+    start_penalty_s: NonNegative = 0.0
+    """Loaded first: a model several boxes serve goes where it is loaded while one has a free slot;
+    to a box where it must start only when the wait where it is loaded is longer than the start
+    there (the peer's own figure) plus this."""
+
+
 class Backend(msgspec.Struct, forbid_unknown_fields=True):
     """One OpenAI-compatible server (vLLM, Ollama, llama.cpp's llama-server, any other)."""
 
@@ -175,6 +192,8 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     """What a client leaving does to its generation: `cancel` closes the upstream connection (the server
     aborts it); `drain` reads it to its end on its held slot, for a server that must not be aborted
     mid-generation (request/drain.py)."""
+    peer: Peer = msgspec.field(default_factory=Peer)
+    """Kind peer (docs/several-boxes.md): which of the peer's models are served here, and loaded first."""
 
     @property
     def reports_stop_reason(self) -> bool:
@@ -297,6 +316,9 @@ class AuthKey(msgspec.Struct, forbid_unknown_fields=True):
     """The client model names or globs it may use; null: all."""
     budget: Budget | None = None
     """Its token budget; null: none."""
+    peer: bool = False
+    """A front gateway's key (docs/several-boxes.md): its requests may name the person the front
+    admitted (x-hlf-on-behalf-of), who is then the one counted, and the backend it holds a slot of."""
 
 
 class Auth(msgspec.Struct, forbid_unknown_fields=True):
@@ -722,6 +744,8 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
                 problems.append(f"{p}.paths.{endpoint}: {path!r} must be a path from the server's root, starting with /")
         if b.run is not None:
             problems += _check_run(cfg, p, b)
+        if b.kind == "peer" and b.run is not None:
+            problems.append(f"{p}.run: a peer runs its own servers (leave run out, or the kind)")
     for name, m in cfg.models.items():
         p = f"models.{name}"
         if m.backend and m.backends:
@@ -742,8 +766,9 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
     dm = cfg.completions.default_model
     if dm is not None and dm not in cfg.models and dm not in cfg.aliases:
         problems.append(f"completions.default_model: no model named {dm!r}")
+    peers = any(b.kind == "peer" for b in cfg.backends.values())
     for pattern, target in cfg.aliases.items():
-        if target not in cfg.models:
+        if target not in cfg.models and not peers:  # with peers: maybe one of theirs, known later
             problems.append(f"aliases.{pattern}: no model named {target!r}")
         if pattern in cfg.models:
             problems.append(f"aliases.{pattern}: shadows the model of the same name")

@@ -224,6 +224,27 @@ models:
     assert "coder + tiny" not in out.stdout and "idle_ttl 600s" in out.stdout
 
 
+def test_a_front_with_peers_and_no_models_is_valid():
+    cfg = cfgmod.parse({"backends": {"box1": {"url": "http://10.0.0.2:8080/llm/v1", "kind": "peer",
+                                              "api_key_env": "BOX1_KEY", "peer": {"models": ["qwen*"]}}},
+                        "aliases": {"claude-*": "qwen3-8b"},  # a peer's model: known only at run time
+                        "auth": {"keys": [{"name": "front", "key": "k", "peer": True}]}})
+    assert cfg.models == {} and cfg.backends["box1"].peer.models == ["qwen*"]
+    assert cfg.auth.keys[0].peer is True
+
+
+def test_peer_problems_name_their_keys():
+    with pytest.raises(cfgmod.ConfigError) as err:
+        cfgmod.parse({"backends": {"box1": {"url": "http://h/llm/v1", "kind": "peer", "run": {"cmd": "x"}}}})
+    assert "backends.box1.run: a peer runs its own servers" in str(err.value)
+    with pytest.raises(cfgmod.ConfigError) as err:
+        cfgmod.parse({"backends": {"box1": {"url": "http://h/llm/v1", "kind": "peer", "peer": {"start_penalty_s": -1}}}})
+    assert "backends.box1.peer.start_penalty_s" in str(err.value)
+    with pytest.raises(cfgmod.ConfigError) as err:  # without a peer an alias must name a model
+        cfgmod.parse({"backends": {"a": {"url": "http://h/v1"}}, "aliases": {"x": "nope"}})
+    assert "aliases.x: no model named 'nope'" in str(err.value)
+
+
 # -- what `check` and `serve` both ask ------------------------------------------------------------
 
 
@@ -318,7 +339,7 @@ def test_two_backends_on_one_server_are_a_warning_naming_both():
 def test_an_invalid_enum_value_names_the_valid_ones():
     with pytest.raises(cfgmod.ConfigError) as ei:
         cfgmod.parse({"backends": {"g": {"url": "http://h/v1", "kind": "VLLM"}}, "models": {"m": {"backend": "g"}}})
-    assert ei.value.problems == ["backends.g.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai, whispercpp)"]
+    assert ei.value.problems == ["backends.g.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai, whispercpp, peer)"]
 
 
 @pytest.mark.parametrize("raw,expected", [

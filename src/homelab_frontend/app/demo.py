@@ -50,6 +50,7 @@ models:
   reasoning:
     backend: gpu0
     upstream_model: deepseek-ai/DeepSeek-R1-Distill-Qwen-32B
+    capabilities: [completion, tools, thinking]  # vLLM does not say what its model can do
   qwen2.5:3b-instruct:
     backend: ollama
 aliases:

@@ -27,7 +27,7 @@ from ..ops.metrics import Metrics
 from ..policy import limits
 from ..policy.auth import Auth, Principal
 from ..policy.forwarded import HEADERS, Forwarding
-from ..policy.routing import BackendState, Router
+from ..policy.routing import BackendState, PeerLink, Router
 from ..request.tracker import Tracked, Tracker
 from ..surfaces.responses.state import State as ResponsesState
 from ..surfaces.signature import ThinkingSigner
@@ -35,6 +35,7 @@ from ..tracing import otel
 from ..upstream import backend_kind
 from ..upstream.client import UpstreamClient
 from ..usage import Ledger
+from . import peers
 from .connguard import ConnectionGuard
 from .timing import server_timing
 
@@ -119,6 +120,8 @@ class Gateway:
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
             self.fleet.attach(name, state.pool)
             state.auto_kind = b.kind is None
+            if state.cfg.kind == "peer" and state.peer is None:
+                state.peer = PeerLink(name)
             old = self.clients.get(name)
             if old is None or old.cfg.url != b.url or old.cfg.api_key_env != b.api_key_env or old.cfg.timeouts != b.timeouts:
                 if old is not None:
@@ -127,7 +130,7 @@ class Gateway:
             else:
                 old.cfg = b
         for name in list(self.backends):
-            if name not in cfg.backends:
+            if name not in cfg.backends and not self._peer_child(name, cfg):
                 self._drop_if_idle(name)  # still-busy removed backends linger until idle
         if hasattr(self, "cfg"):
             for section in ("cluster", "usage", "tracing"):  # budgets (auth.keys) do apply now
@@ -142,6 +145,13 @@ class Gateway:
         if _loop_running():
             self.start_probes()
             self.fleet.start()
+
+    def _peer_child(self, name: str, cfg: cfgmod.Config | None = None) -> bool:
+        """One of a peer's backends (app/peers.py), its peer still configured: its life is the
+        peer's report's, not the config's."""
+        state = self.backends.get(name)
+        link = state.peer if state is not None else None
+        return link is not None and bool(link.backend) and link.parent in (cfg or self.cfg).backends
 
     async def start(self) -> None:
         """Before the port opens. The ledger first: a file it cannot write stops the start
@@ -278,13 +288,16 @@ class Gateway:
             self.usage.record(t)
         if t.trace is not None and self.tracing is not None:
             self.tracing.export(t, path)
-        if t.outcome == "error_upstream_unreachable" and t.backend is not None:
-            self._kick_probe(t.backend)
+        if t.backend is not None and (t.outcome == "error_upstream_unreachable" or (
+                (t.outcome or "").startswith("error_upstream") and self._peer_child(t.backend))):
+            self._kick_probe(t.backend)  # a peer box that failed one: its report read again at once
 
     def _kick_probe(self, name: str) -> None:
         """Probe now (once at a time): a failed connect marks the backend down only when the
         probe agrees, so one dropped keep-alive connection cannot take a backend out. Not for a
         backend its requests marked down: its re-probes back off (policy/passive_health.py)."""
+        if self._peer_child(name):
+            name = self.backends[name].peer.parent  # type: ignore[union-attr]  # its peer reads it
         task = self._kicked.get(name)
         state = self.backends.get(name)
         if state is None or (not state.up and state.passive.suspect):
@@ -299,6 +312,8 @@ class Gateway:
             if name not in self.backends:
                 self._probes.pop(name).cancel()
         for name in self.backends:
+            if self._peer_child(name):
+                continue  # its peer's probe reads it
             if name not in self._probes or self._probes[name].done():
                 self._probes[name] = asyncio.get_running_loop().create_task(self._probe_loop(name))
 
@@ -306,10 +321,20 @@ class Gateway:
         state = self.backends.get(name)
         client = self.clients.get(name)
         if state is not None and client is not None:
-            await health.probe(state, client)
+            doc = await health.probe(state, client)
             if self._down_by_design(name):  # stopped (or stopping) while the probe ran
                 return
             state.passive.probed(state.up)
+            if state.cfg.kind == "peer" and name in self.cfg.backends:
+                self._peer_report(state, doc)
+
+    def _peer_report(self, state: BackendState, doc: object) -> None:
+        """A peer's models list (or its silence): its backends here follow it (app/peers.py)."""
+        if not state.up:
+            peers.mark_down(state, self.backends)
+            return
+        if peers.reconcile(state, doc, self.backends, self.clients, self._drop_if_idle):
+            self.router = Router(self.cfg, self.backends)
 
     def _marked_down(self, state: BackendState) -> None:
         """Its requests marked a backend down (policy/passive_health.py): the probe loop re-plans

@@ -7,6 +7,7 @@ from aiohttp import web
 from ..errors import GatewayError
 from ..ops import admin, metrics, usage_api
 from ..request.tracker import Tracked
+from ..surfaces import count_tokens
 from ..surfaces.anthropic import handler as anthropic_surface
 from ..surfaces.completions import handler as completions_surface
 from ..surfaces.gemini import handler as gemini_surface
@@ -101,6 +102,7 @@ def build_app(gw: Gateway) -> web.Application:
                                                         _unknown("openai")), **x)
         r.add_post(f"{v1}/models/{{target:.+}}", surface("gemini", gemini_surface.model_method), **x)
         r.add_post(f"{v1}/embeddings", surface("openai", openai_surface.embeddings), **x)
+        r.add_post(f"{v1}/tokenize", surface("openai", count_tokens.tokenize), **x)  # for a front (peers)
         # the relayed calls (surfaces/media/): rerank, speech, images
         r.add_post(f"{v1}/rerank", surface("rerank", media.rerank), **x)
         r.add_post(f"{v1}/score", surface("rerank", media.score), **x)

@@ -23,10 +23,11 @@ from ..upstream.client import UpstreamClient
 log = logging.getLogger("homelab_frontend")
 
 
-async def probe(state: BackendState, client: UpstreamClient) -> None:
+async def probe(state: BackendState, client: UpstreamClient) -> object:
     """Mark the backend up or down, and learn its models' context lengths on the way. A server
     without GET /v1/models (whisper.cpp's, a `health_path` in its config) is up when its health
-    path answers 200; it has no model list to learn from."""
+    path answers 200; it has no model list to learn from. -> the models list it answered (a
+    peer's says more: app/peers.py), None when it is down or has none."""
     timeout_s = min(5.0, state.cfg.health_interval_s)
     path = backend_kind.health_path(state.cfg)
     if path is not None:
@@ -36,11 +37,11 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
             if state.up:
                 log.warning("backend %s is down: %s", state.name, err.message)
             state.up, state.last_error = False, err.message
-            return
+            return None
         if not state.up:
             log.warning("backend %s is up again", state.name)
         state.up, state.last_error = True, None
-        return
+        return None
     try:
         doc = await client.get_json("/models", timeout_s=timeout_s)
         if state.auto_kind:
@@ -51,10 +52,12 @@ async def probe(state: BackendState, client: UpstreamClient) -> None:
         if not state.up:
             log.warning("backend %s is up again", state.name)
         state.up, state.last_error = True, None
+        return doc
     except GatewayError as err:
         if state.up:
             log.warning("marked down: %s", err.message)  # the message names the backend
         state.up, state.last_error = False, err.message
+        return None
 
 
 def context_lengths(doc: object) -> dict[str, int]:

@@ -27,16 +27,36 @@ from .routing import Route
 
 
 class Principal:
-    """Who is asking: an API key's name and its queue priority (anonymous when keys are off)."""
+    """Who is asking: an API key's name and its queue priority (anonymous when keys are off).
+    Through a front gateway (a key marked `peer`): the person the front admitted, `via` that
+    key's name, and `pin` the backend of ours whose slot the front holds for the request."""
 
-    __slots__ = ("name", "priority")
+    __slots__ = ("name", "priority", "via", "pin")
 
-    def __init__(self, name: str = "", priority: int = 0) -> None:
+    def __init__(self, name: str = "", priority: int = 0, via: str | None = None, pin: str | None = None) -> None:
         self.name = name
         self.priority = priority
+        self.via = via
+        self.pin = pin
 
 
 ANONYMOUS = Principal()
+
+# What a front gateway tells a peer with each request (docs/several-boxes.md), believed only from
+# a key marked `peer: true` in the peer's auth.keys; from any other key they are ignored.
+PERSON_HEADER = "x-hlf-on-behalf-of"  # the name of the key the front admitted
+BACKEND_HEADER = "x-hlf-peer-backend"  # the peer's backend whose slot the front holds for it
+_NAME_MAX = 128
+
+
+def _through_peer(key: "_Key", request: web.Request) -> Principal:
+    """A peer key's request: the person it names (a printable name of at most 128 characters;
+    anything else, or none, leaves the front's own key as the one counted)."""
+    person = request.headers.get(PERSON_HEADER, "").strip()
+    pin = request.headers.get(BACKEND_HEADER, "").strip() or None
+    if not person or len(person) > _NAME_MAX or not person.isprintable():
+        return Principal(key.name, key.cfg.priority, pin=pin)
+    return Principal(person, key.cfg.priority, via=key.name, pin=pin)
 
 
 def _digest(secret: str) -> bytes:
@@ -54,6 +74,7 @@ class _Key:
 
 
 _PRINCIPAL = web.RequestKey("principal_key", _Key)  # the matched key, set once per request
+_THROUGH = web.RequestKey("principal_through_peer", Principal)  # a peer key's request: who it is for
 
 
 def _presented(request: web.Request, *, query_key: bool = False) -> str | None:
@@ -111,7 +132,7 @@ class Auth:
             return ANONYMOUS
         known = request.get(_PRINCIPAL)
         if known is not None:
-            return known.principal
+            return request.get(_THROUGH) or known.principal
         presented = _presented(request, query_key=query_key)
         if presented is None:
             if query_key:
@@ -126,11 +147,18 @@ class Auth:
         if key is None:
             raise GatewayError("authentication", "invalid API key")
         request[_PRINCIPAL] = key
+        if key.cfg.peer:
+            request[_THROUGH] = through = _through_peer(key, request)
+            return through
         return key.principal
 
     @staticmethod
     def key_name(request: web.Request) -> str | None:
-        """The name of the key this request authenticated with (None: keys off, or none matched)."""
+        """The name of the key this request authenticated with (None: keys off, or none matched);
+        through a front gateway, the person the front admitted (who the ledger counts)."""
+        through = request.get(_THROUGH)
+        if through is not None:
+            return through.name
         key = request.get(_PRINCIPAL)
         return key.name if key is not None else None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 from . import affinity
 from .passive_health import PassiveHealth
@@ -63,6 +63,26 @@ def _known(cfg: cfgmod.Config, name: str) -> str | None:
 
 
 @dataclass
+class PeerLink:
+    """A backend that is a peer box's (docs/several-boxes.md): the peer itself (`backend` empty:
+    the `kind: peer` entry of the config, whose `models` are everything the peer lists), or one of
+    the peer's own backends, made here from the peer's report (`parent`/`backend`, its slots the
+    peer's), whose `models` are the peer's models it serves. `models` maps a model's name to the
+    peer's `upstream.peer.PeerModel`, as the last poll read it."""
+
+    parent: str
+    backend: str = ""
+    models: dict[str, Any] = field(default_factory=dict)
+
+    def for_model(self, model: str) -> Any:
+        """The peer's account of this backend for `model` (`upstream.peer.PeerBackend`), or None."""
+        pm = self.models.get(model)
+        if pm is None:
+            return None
+        return next((b for b in pm.backends if b.name == self.backend), None)
+
+
+@dataclass
 class BackendState:
     """A backend's live state; survives config reloads (its pool keeps its accounting)."""
 
@@ -82,6 +102,7 @@ class BackendState:
     detected_kind: str | None = None
     passive: PassiveHealth = field(default_factory=PassiveHealth)  # what its real requests say
     on_down: Callable[["BackendState"], None] | None = None  # told when its requests mark it down
+    peer: PeerLink | None = None  # a peer box, or one of its backends (docs/several-boxes.md)
 
     @property
     def free(self) -> int:
@@ -97,6 +118,28 @@ class BackendState:
         if self.on_down is not None:
             self.on_down(self)
         return True
+
+    def readiness(self, model: str) -> tuple[str, float]:
+        """(state, seconds until it could start answering) of `model` here, as far as it is told:
+        a peer's backend reports both; any other backend counts as loaded (a local managed one
+        waits in its own queue, whose gate knows better: lifecycle/)."""
+        if self.peer is None or not self.peer.backend:
+            return "loaded", 0.0
+        pb = self.peer.for_model(model)
+        if pb is None:
+            return "down", float("inf")
+        if pb.state == "loaded":
+            return "loaded", 0.0
+        return pb.state, pb.load_eta_s if pb.load_eta_s is not None else 60.0
+
+    @property
+    def loading(self) -> bool:
+        """A peer's backend that reports a model loading: the first-token clock stands still
+        (request/exchange.py), as it does for a local managed backend's queue."""
+        if self.peer is None or not self.peer.backend:
+            return False
+        return any(b.name == self.peer.backend and b.state == "loading"
+                   for pm in self.peer.models.values() for b in pm.backends)
 
     def interchangeable(self, other: "BackendState") -> bool:
         """Whether a request planned for this backend may go to `other` as it is: the surfaces
@@ -153,11 +196,8 @@ class Route:
         (then the shortest queue) among those up. When all are down, fail fast instead of
         queueing for a backend that cannot answer."""
         best: BackendState | None = None
-        up: list[BackendState] = []
-        for b in self.backends:
-            if not b.up:
-                continue
-            up.append(b)
+        up = self._warm([b for b in self.backends if b.up])
+        for b in up:
             if best is None or (b.free, -b.pool.queued) > (best.free, -best.pool.queued):
                 best = b
         if best is None:
@@ -180,6 +220,25 @@ class Route:
         ):
             return preferred, "hit"
         return best, "spill"
+
+    def _warm(self, up: list[BackendState]) -> list[BackendState]:
+        """Loaded first, for a model several boxes serve (docs/several-boxes.md): the backends
+        where it is loaded while one of them has a free slot; when none has, those where it must
+        start only if the shortest expected wait where it is loaded (admission's own estimate)
+        is longer than the quickest start elsewhere (the peer's figure) plus that peer's
+        `peer.start_penalty_s`. Where it is loaded nowhere: every backend up, as before."""
+        if len(up) < 2:
+            return up
+        ready = {b.name: b.readiness(self.upstream_model) for b in up}
+        loaded = [b for b in up if ready[b.name][0] == "loaded"]
+        if len(loaded) == len(up) or not loaded:
+            return up
+        if any(b.free > 0 for b in loaded):
+            return loaded
+        cold = [b for b in up if ready[b.name][0] != "loaded"]
+        wait = min(b.pool.expected_wait_s() for b in loaded)
+        start = min(ready[b.name][1] + b.cfg.peer.start_penalty_s for b in cold)
+        return cold if wait > start else loaded
 
     def alternative(self, tried: Collection[str], failed: BackendState) -> BackendState | None:
         """Another backend to send a request to after `failed` failed it before answering
@@ -206,13 +265,33 @@ class Route:
 
 
 class Router:
+    """Client names -> routes. A peer box's models (docs/several-boxes.md) are served under their
+    own names beside the configured ones (a configured name wins), each on the peer's backends
+    that serve it; the gateway makes a new Router whenever a peer's list changes."""
+
     def __init__(self, cfg: cfgmod.Config, backends: dict[str, BackendState]) -> None:
         self.cfg = cfg
         self.backends = backends
         self._cache: dict[str, Route] = {}
+        self.peer_models = self._peer_models()
+
+    def _peer_models(self) -> dict[str, list[BackendState]]:
+        """Each peer model served under its own name -> the peers (their config entries) listing it."""
+        out: dict[str, list[BackendState]] = {}
+        for name, b in self.backends.items():
+            if b.peer is None or b.peer.backend or name not in self.cfg.backends:
+                continue
+            allowed = self.cfg.backends[name].peer.models
+            for model in b.peer.models:
+                if model in self.cfg.models:
+                    continue  # a configured name wins
+                if allowed is not None and not any(fnmatch.fnmatchcase(model, p) for p in allowed):
+                    continue
+                out.setdefault(model, []).append(b)
+        return out
 
     def model_names(self) -> list[str]:
-        return list(self.cfg.models)
+        return [*self.cfg.models, *sorted(self.peer_models)]
 
     def resolve(self, client_model: str) -> Route:
         route = self._cache.get(client_model)
@@ -224,25 +303,49 @@ class Router:
 
     def _route(self, client_model: str) -> Route:
         name = resolve_alias(self.cfg, client_model)
-        if name is None:
-            available = ", ".join(sorted(self.cfg.models)) or "(none configured)"
+        if name is not None and name in self.cfg.models:
+            return self._model_route(client_model, name, name)
+        target = name if name is not None else client_model
+        peers = self.peer_models.get(target)
+        if peers is None and name is None and target.endswith(":latest"):
+            target = target[: -len(":latest")]  # Ollama's clients' tag (resolve_alias's rule)
+            peers = self.peer_models.get(target)
+        if peers is None:
+            available = ", ".join(self.model_names()) or "(none configured)"
             raise GatewayError(
                 "not_found",
                 f"model {client_model!r} not found; available models: {available}",
                 param="model",
             )
-        return self._model_route(client_model, name, name)
+        return Route(client_model=client_model, model=target, upstream_model=target,
+                     backends=tuple(self._expand(peers, target)), max_model_len=None, requested=target)
+
+    def _expand(self, named: list[BackendState], upstream_model: str) -> list[BackendState]:
+        """Backends as routes use them: a peer (its config entry) is the peer's own backends that
+        serve the model, as its last report said; the peer itself while it has said nothing of
+        it (its refusals then name it)."""
+        out: list[BackendState] = []
+        for b in named:
+            if b.peer is None or b.peer.backend:
+                out.append(b)
+                continue
+            subs = [s for s in self.backends.values()
+                    if s.peer is not None and s.peer.parent == b.name and s.peer.backend
+                    and s.peer.for_model(upstream_model) is not None]
+            out.extend(subs or [b])
+        return out
 
     def _model_route(self, client_model: str, name: str, requested: str, seen: tuple[str, ...] = ()) -> Route:
         m = self.cfg.models[name]
         fallback = None
         if m.fallback is not None and m.fallback not in seen and m.fallback != name:  # config rejects loops
             fallback = self._model_route(client_model, m.fallback, requested, (*seen, name))
+        upstream_model = m.upstream_model or name
         return Route(
             client_model=client_model,
             model=name,
-            upstream_model=m.upstream_model or name,
-            backends=tuple(self.backends[b] for b in m.backend_names()),
+            upstream_model=upstream_model,
+            backends=tuple(self._expand([self.backends[b] for b in m.backend_names()], upstream_model)),
             max_model_len=m.max_model_len,
             system_turns=m.system_turns,
             affinity=m.affinity,

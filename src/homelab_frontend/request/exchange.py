@@ -48,7 +48,7 @@ import msgspec
 from aiohttp import web
 
 from ..errors import GatewayError
-from ..policy.auth import ANONYMOUS, Principal
+from ..policy.auth import ANONYMOUS, PERSON_HEADER, Principal
 from ..policy.routing import BackendState, Route
 from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
 from ..upstream.client import StreamedBody, UpstreamClient, UpstreamFailure
@@ -97,14 +97,31 @@ class Exchange:
 
     async def admit(self) -> BackendState:
         self.t.phase = QUEUED
+        pinned = self._pinned()
         try:
-            backend, self.t.affinity = self.route.place(self.session)
+            backend, self.t.affinity = (pinned, None) if pinned is not None else self.route.place(self.session)
         except GatewayError:
             # every backend is down: the refusal is counted against the (first) one it would use
             self.t.backend = self.route.backends[0].name if self.route.backends else None
             raise
         await self._take(backend)
         return backend
+
+    def _pinned(self) -> BackendState | None:
+        """Through a front gateway (docs/several-boxes.md): the backend whose slot the front holds
+        for this request, when it serves the route and is up (else the usual choice)."""
+        pin = self.principal.pin
+        if pin is None:
+            return None
+        return next((b for b in self.route.backends if b.name == pin and b.up), None)
+
+    def _peer_headers(self) -> dict[str, str] | None:
+        """To a peer box: whom the request is for (which backend of the peer's the slot is of
+        goes with every request of that backend's client: app/peers.py)."""
+        link = self.backend.peer if self.backend is not None else None
+        if link is None or not self.principal.name:
+            return None
+        return {PERSON_HEADER: self.principal.name}
 
     async def _take(self, backend: BackendState) -> None:
         """A slot on `backend`, through its fair queue."""
@@ -188,6 +205,9 @@ class Exchange:
         t0 = time.monotonic()
         try:
             trace = self.t.trace
+            peer = self._peer_headers()
+            if peer is not None:
+                headers = {**(headers or {}), **peer}
             if trace is not None:
                 headers = {**(headers or {}), **trace.upstream_headers()}
             posting = (client.post(path, body, root=root) if headers is None
@@ -387,7 +407,7 @@ class _Watchdog:
     """Timeouts and pings for one exchange: a timer that re-arms itself every `tick`."""
 
     __slots__ = ("ex", "stream", "to", "total", "tick", "start", "seen", "last_change", "last_ping",
-                 "handle", "pinging")
+                 "handle", "pinging", "last_check")
 
     def __init__(self, ex: Exchange, stream: bool) -> None:
         assert ex.backend is not None
@@ -397,7 +417,7 @@ class _Watchdog:
         self.total = to.total_s if to.total_s is not None else (None if stream else to.nonstream_s)
         limits = [x for x in (to.first_token_s, to.idle_s, self.total, ex.ping_interval) if x]
         self.tick = min(1.0, max(0.02, min(limits) / 4))
-        self.start = self.last_change = self.last_ping = ex._loop.time()
+        self.start = self.last_change = self.last_ping = self.last_check = ex._loop.time()
         self.seen = 0
         self.pinging: asyncio.Task | None = None
         self.handle: asyncio.TimerHandle | None = ex._loop.call_later(self.tick, self._check)
@@ -416,6 +436,11 @@ class _Watchdog:
         now = loop.time()
         if ex.progress != self.seen:
             self.seen, self.last_change, self.last_ping = ex.progress, now, now
+        if self.seen == 0 and ex.backend is not None and ex.backend.loading:
+            # a peer box loading the model (its report): the first-token clock stands still, as
+            # a local managed backend's queue clock does while it starts (admission/slots.py)
+            self.start += now - self.last_check
+        self.last_check = now
         reason = None
         if self.total is not None and now - self.start > self.total:
             reason = f"the backend did not finish within {self.total:g} s"

@@ -17,7 +17,10 @@ from aiohttp import web
 from .. import canonical as c
 from ..request.tracker import Tracked
 from ..upstream.chat_body import build_body
+from ..errors import GatewayError
+from ..request.outcome import DONE
 from ..upstream.prompt_count import count_prompt
+from .body import decode_object
 from .context import Gateway
 
 _BYTES_PER_TOKEN = 4
@@ -40,3 +43,26 @@ async def prompt_tokens(request: web.Request, gw: Gateway, t: Tracked, dialect: 
         count = max(1, len(msgspec.json.encode(chat["messages"])) // _BYTES_PER_TOKEN)
     t.tokens_in = count
     return count
+
+
+async def tokenize(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    """`POST /llm/v1/tokenize` (vLLM's shape: `{model, messages, tools?, chat_template_kwargs?}` ->
+    `{"count": n}`, null when the backend has no tokenizer): what a front gateway asks of this one
+    as its peer (upstream/prompt_count.py), counted by the tokenizer of the backend the front
+    holds a slot of (`x-hlf-peer-backend` from a peer key), else of the model's usual backend."""
+    raw = await gw.parse(await gw.read_body(request), decode_object)
+    model = raw.get("model")
+    if not isinstance(model, str) or not model:
+        raise GatewayError("invalid_request", "model: required string field is missing", param="model")
+    if not isinstance(raw.get("messages"), list):
+        raise GatewayError("invalid_request", "messages: required array field is missing", param="messages")
+    t.model = model
+    route = gw.router.resolve(model)
+    principal = gw.auth.admit(request, route, "openai")
+    backend = next((b for b in route.backends if b.name == principal.pin and b.up), None) or route.choose()
+    t.backend = backend.name
+    chat = {k: raw[k] for k in ("messages", "tools", "chat_template_kwargs") if k in raw}
+    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, {"model": route.upstream_model, **chat})
+    t.end(DONE, override=True)
+    return web.Response(body=msgspec.json.encode({"count": count}), content_type="application/json",
+                        headers=gw.headers(t))

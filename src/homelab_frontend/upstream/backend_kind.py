@@ -10,6 +10,7 @@ reads it off the `/v1/models` probe, where each server leaves a distinctive mark
 | vLLM      | `owned_by: "vllm"` (and `max_model_len`)                                  |
 | llama.cpp | `owned_by: "llamacpp"`, `meta.n_ctx`, a top-level `models` list           |
 | Ollama    | `owned_by: "library"` (or the model's namespace) with `name:tag` ids      |
+| a peer    | `owned_by: "homelab-frontend"` and a `homelab` block (upstream/peer.py)   |
 
 Anything else is `openai`: a plain OpenAI-compatible server, given nothing but the standard
 fields. An explicit `kind` in the config always wins; until the first probe answers, a backend
@@ -21,6 +22,7 @@ from __future__ import annotations
 import msgspec
 
 from ..config import Backend
+from .peer import is_peer_list
 
 DEFAULT = "vllm"
 
@@ -32,6 +34,8 @@ def detect(doc: object) -> str | None:
     data = doc.get("data")
     if not isinstance(data, list):
         return None
+    if is_peer_list(doc):  # before vLLM: a gateway's list carries max_model_len too
+        return "peer"
     models = [m for m in data if isinstance(m, dict)]
     owners = {m.get("owned_by") for m in models}
     if "vllm" in owners or any(isinstance(m.get("max_model_len"), int) for m in models):

@@ -78,7 +78,7 @@ def build_body(
         body["temperature"] = req.temperature
     if req.top_p is not None:
         body["top_p"] = req.top_p
-    if req.top_k is not None and backend.kind in ("vllm", "llamacpp", "ollama"):
+    if req.top_k is not None and backend.kind in ("vllm", "llamacpp", "ollama", "peer"):
         body["top_k"] = req.top_k  # not an OpenAI parameter: only for servers that take it
     if req.stop and send_stop:
         body["stop"] = req.stop
@@ -119,5 +119,6 @@ def _reasoning_controls(req: c.Request, backend: Backend, body: dict) -> None:
     """
     if req.reasoning_effort is not None:
         body["reasoning_effort"] = req.reasoning_effort
-    if req.reasoning_enabled is False and backend.kind == "vllm":
+    # a peer box takes vLLM's form and passes it on to its own backend
+    if req.reasoning_enabled is False and backend.kind in ("vllm", "peer"):
         body["chat_template_kwargs"] = {"enable_thinking": False}

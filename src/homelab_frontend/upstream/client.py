@@ -124,9 +124,10 @@ chat request would have reused, so counting a prompt does not change which conne
 answers travel on (llama.cpp closes a connection a moment after a stream: which one a request
 lands on matters)."""
 
-    def __init__(self, name: str, cfg: Backend) -> None:
+    def __init__(self, name: str, cfg: Backend, headers: dict[str, str] | None = None) -> None:
         self.name = name
         self.cfg = cfg
+        self.headers = dict(headers or {})  # sent with every request (a peer's backend: app/peers.py)
         self.base = cfg.url.rstrip("/")
         # vLLM serves /tokenize and /metrics beside /v1, at the server root
         self.root = self.base[: -len("/v1")] if self.base.endswith("/v1") else self.base
@@ -137,7 +138,7 @@ lands on matters)."""
         self.retried = 0  # requests resent after a stale connection (tests, diagnostics)
 
     def _new_session(self, *, fresh: bool) -> aiohttp.ClientSession:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", **self.headers}
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
         if key:
             headers["authorization"] = f"Bearer {key}"

@@ -6,6 +6,9 @@ The context clamp (request/context_clamp.py) and count_tokens need the number th
   chat_template_kwargs: the template applied as for the completion, generation prompt included.
 - llama.cpp: POST /apply-template (the same chat template and tools) and POST /tokenize of the
   prompt it returns, special tokens parsed as the completion does.
+- a peer box (another homelab-frontend): POST <its /llm/v1>/tokenize, which counts with the
+  tokenizer of the backend the front holds a slot of (surfaces/count_tokens.py), so a count through
+  two hops is the one the box alone would give.
 - Ollama and other OpenAI-compatible servers have no tokenizer endpoint: None.
 A tokenizer that fails, answers nonsense or takes longer than `timeout_s` also gives None: the
 caller then estimates, as it would without one. Upstream bodies are read bounded.
@@ -55,7 +58,19 @@ async def _llamacpp(client: UpstreamClient, chat: dict) -> int | None:
     return len(tokens) if isinstance(tokens, list) else None
 
 
-_COUNTERS = {"vllm": _vllm, "llamacpp": _llamacpp}
+async def _peer(client: UpstreamClient, chat: dict) -> int | None:
+    body = {k: chat[k] for k in ("model", "messages", "tools", "chat_template_kwargs") if k in chat}
+    resp = await client.post("/tokenize", _encode(body), side=True)
+    try:
+        raw = await resp.content.read(64 * 1024)
+    finally:
+        resp.release()
+    doc = _decode(raw)
+    count = doc.get("count") if isinstance(doc, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+_COUNTERS = {"vllm": _vllm, "llamacpp": _llamacpp, "peer": _peer}
 
 
 def can_count(kind: str) -> bool:

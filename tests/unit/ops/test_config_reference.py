@@ -56,7 +56,7 @@ def test_every_key_of_the_schema_is_a_row_with_its_default():
     assert "| `backends.NAME.timeouts.total_s` | number or null (> 0) | `null` |" in text
     assert "| `resources` | mapping of name to number (each ≥ 0) | `{}` |" in text
     assert "| `backends.NAME.url` | string | required |" in text
-    assert "| `backends.NAME.kind` | `vllm` \\| `ollama` \\| `llamacpp` \\| `openai` \\| `whispercpp` or null | `null` |" in text
+    assert "| `backends.NAME.kind` | `vllm` \\| `ollama` \\| `llamacpp` \\| `openai` \\| `whispercpp` \\| `peer` or null | `null` |" in text
     assert "| `responses.store.ttl_s` | number (> 0) | `2592000` |" in text
 
 

@@ -144,3 +144,20 @@ def test_admin_key():
     assert not auth.is_admin(_req())
     assert auth.may_read_metrics(_req(Authorization="Bearer root"))
     assert not auth.may_read_metrics(_req())
+
+
+def test_a_peer_key_names_the_person_and_the_backend_others_cannot():
+    keys = [cfgmod.AuthKey(name="front", key="front-secret", peer=True, priority=2),
+            cfgmod.AuthKey(name="bob", key="bob-secret")]
+    auth = Auth(cfgmod.Auth(keys=keys), env={})
+    req = _req(authorization="Bearer front-secret", **{"x-hlf-on-behalf-of": "alice", "x-hlf-peer-backend": "gpu0"})
+    p = auth.authenticate(req)
+    assert (p.name, p.via, p.pin, p.priority) == ("alice", "front", "gpu0", 2)
+    assert auth.authenticate(req) is p and Auth.key_name(req) == "alice"  # remembered, and what is counted
+    alone = auth.authenticate(_req(authorization="Bearer front-secret"))
+    assert (alone.name, alone.via) == ("front", None)  # no person named: the front's key is counted
+    odd = auth.authenticate(_req(authorization="Bearer front-secret", **{"x-hlf-on-behalf-of": "x" * 200}))
+    assert odd.name == "front"
+    spoof = _req(authorization="Bearer bob-secret", **{"x-hlf-on-behalf-of": "alice", "x-hlf-peer-backend": "gpu0"})
+    p = auth.authenticate(spoof)
+    assert (p.name, p.via, p.pin) == ("bob", None, None) and Auth.key_name(spoof) == "bob"

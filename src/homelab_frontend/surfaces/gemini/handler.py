@@ -31,6 +31,7 @@ from ...policy import limits
 from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
+from .. import model_card
 from ..context import Gateway
 from ..count_tokens import prompt_tokens
 from ..embeddings import embed, vectors
@@ -178,16 +179,19 @@ async def _embed(request: web.Request, gw: Gateway, t: Tracked, model: str, batc
         return _json(gw, t, {"embedding": {"values": got[0]}})
 
 
-def _entry(gw: Gateway, request: web.Request, name: str) -> dict | None:
-    route = gw.router.resolve(name)
-    if not gw.auth.may_use(request, route):
-        return None
-    return model_entry(name, route.model, route.smallest_context())
+async def _entries(gw: Gateway, request: web.Request, names: list[str]) -> list[dict]:
+    listed = []
+    for name in names:
+        route = gw.router.resolve(name)
+        if gw.auth.may_use(request, route):
+            listed.append((name, route))
+    return [model_entry(card.name, card.model, card.context_length, card.capabilities)
+            for card in await model_card.cards(gw, listed)]
 
 
 async def list_models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     gw.auth.admit(request, None, DIALECT)
-    models = [e for e in (_entry(gw, request, n) for n in gw.router.model_names()) if e is not None]
+    models = await _entries(gw, request, gw.router.model_names())
     t.end(DONE, override=True)
     return _json(gw, t, {"models": models})
 
@@ -196,11 +200,11 @@ async def get_model(request: web.Request, gw: Gateway, t: Tracked) -> web.Respon
     name = model_name(request.match_info["name"])
     gw.auth.admit(request, None, DIALECT)
     t.model = name
-    entry = _entry(gw, request, name)
-    if entry is None:
+    got = await _entries(gw, request, [name])
+    if not got:
         raise GatewayError("permission", f"this key may not use model {name!r}", param="model")
     t.end(DONE, override=True)
-    return _json(gw, t, entry)
+    return _json(gw, t, got[0])
 
 
 def is_google_client(request: web.Request) -> bool:

@@ -5,8 +5,11 @@ A model is `models/<name>` where <name> is what the client asked for (a configur
 list; for `models.get`, the client's name, which may be an alias such as `gemini-2.5-flash`).
 `inputTokenLimit` and `outputTokenLimit` are the model's context length when the gateway knows
 it (config `max_model_len`, or what the backend reported), else left out: the backend decides
-how much of the context an answer may take. `thinking` is true: every model accepts a
-`thinkingConfig` (the backend's template decides whether the model reasons).
+how much of the context an answer may take. `thinking` is whether the model reasons, from its
+card's capabilities (surfaces/model_card.py); without a card, true: every model accepts a
+`thinkingConfig` (the backend's template decides whether the model reasons). An embedding model
+(`embedding` without `completion`) lists only the embedding methods. Nothing outside Google's
+`Model` fields is added: the GenAI SDKs parse the entry strictly.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ GENERATION_METHODS = ["generateContent", "streamGenerateContent", "countTokens"]
 EMBEDDING_METHODS = ["embedContent", "batchEmbedContents"]
 
 
-def model_entry(name: str, model: str, context_length: int | None) -> dict[str, Any]:
+def model_entry(name: str, model: str, context_length: int | None,
+                capabilities: tuple[str, ...] | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "name": f"models/{name}",
         "version": "homelab",
@@ -31,8 +35,10 @@ def model_entry(name: str, model: str, context_length: int | None) -> dict[str, 
     if context_length:
         entry["inputTokenLimit"] = context_length
         entry["outputTokenLimit"] = context_length
-    entry["supportedGenerationMethods"] = GENERATION_METHODS + EMBEDDING_METHODS
-    entry["thinking"] = True
+    caps = capabilities
+    embeds_only = caps is not None and "embedding" in caps and "completion" not in caps
+    entry["supportedGenerationMethods"] = EMBEDDING_METHODS if embeds_only else GENERATION_METHODS + EMBEDDING_METHODS
+    entry["thinking"] = True if caps is None else "thinking" in caps
     return entry
 
 

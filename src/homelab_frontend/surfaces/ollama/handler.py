@@ -31,7 +31,7 @@ from ...policy.routing import Route
 from ...request.exchange import Exchange
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
-from ...upstream.capabilities import Facts, can_tell, fetch_facts
+from .. import model_card
 from ..body import decode_object
 from ..completions.handler import TextTurn, run as completion_run
 from ..context import Gateway
@@ -49,8 +49,6 @@ from .stream import NdjsonEncoder, durations, wall_clock
 OLLAMA_VERSION = "0.12.0"
 NDJSON = "application/x-ndjson"
 _encode = msgspec.json.encode
-_FACTS_TTL_S = 60.0
-_facts: dict[tuple[str, str], tuple[float, Facts | None]] = {}  # (backend url, model) -> (until, facts)
 
 
 def _json(doc: object, gw: Gateway, t: Tracked, status: int = 200) -> web.Response:
@@ -99,35 +97,20 @@ def _usable(request: web.Request, gw: Gateway) -> list[tuple[str, Route]]:
 async def tags(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     gw.auth.admit(request, None, "ollama")
     now = wall_clock()
-    return _json({"models": [names.tags_entry(name, now) for name, _ in _usable(request, gw)]}, gw, t)
+    cards = await model_card.cards(gw, _usable(request, gw))
+    return _json({"models": [names.tags_entry(card.name, now, card) for card in cards]}, gw, t)
 
 
 async def ps(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     """What is running: the models whose backends hold slots right now, or are loaded (a managed
-    backend that is up, lifecycle/)."""
+    backend that is ready, a peer box's loaded model), or loading."""
     gw.auth.admit(request, None, "ollama")
     fleet = gw.fleet
-    running = [names.ps_entry(name, route.smallest_context()) for name, route in _usable(request, gw)
-               if any(b.pool.in_use or (fleet.managed(b.name) and fleet.ready(b.name)) for b in route.backends)]
+    cards = await model_card.cards(gw, _usable(request, gw))
+    running = [names.ps_entry(card.name, card.context_length, card) for card in cards
+               if any(b.in_use for b in card.backends) or card.state == "loading"
+               or (card.state == "loaded" and any(fleet.managed(b.name) or b.kind == "peer" for b in card.backends))]
     return _json({"models": running}, gw, t)
-
-
-async def _backend_facts(gw: Gateway, route: Route) -> list[Facts]:
-    told = []
-    now = time.monotonic()
-    for b in route.backends:
-        if not can_tell(b.cfg.kind):
-            continue
-        key = (b.cfg.url, route.upstream_model)
-        cached = _facts.get(key)
-        if cached is None or cached[0] < now:
-            got = await fetch_facts(gw.clients[b.name], b.cfg.kind, route.upstream_model)
-            if len(_facts) > 1024:
-                _facts.clear()
-            _facts[key] = cached = (now + _FACTS_TTL_S, got)
-        if cached[1] is not None:
-            told.append(cached[1])
-    return told
 
 
 async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
@@ -137,10 +120,11 @@ async def show(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
     t.model = name
     route = resolve(gw, name)
     gw.auth.admit(request, route, "ollama")
-    facts = names.merge_facts(await _backend_facts(gw, route), gw.cfg.models[route.model].capabilities)
+    card = await model_card.card(gw, name, route)
+    facts = msgspec.structs.replace(card.facts, capabilities=card.capabilities)
     if route.fim is not None:
         facts = names.with_fim(facts, route.fim)
-    return _json(names.show_document(name, facts, route.smallest_context(), wall_clock()), gw, t)
+    return _json(names.show_document(name, facts, card.context_length, wall_clock(), card), gw, t)
 
 
 async def unmanaged(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:

@@ -14,6 +14,10 @@ Capabilities (`/api/show`)
     gateway's own figure, as its clamp uses: config, else the backend's /v1/models), else the
     backend's. VS Code Copilot sizes its prompts from it and turns tool calling on by `tools`.
     `template` and `parameters` only when the backend gave them.
+What each model is, beside Ollama's own fields
+    `/api/tags` and `/api/ps` entries also carry the model's `capabilities`, `context_length` and
+    `state` (loaded, loading, sleeping, stopped...: surfaces/model_card.py); `/api/show` its
+    `state` beside the capabilities. Ollama's clients ignore fields they do not know.
 Sizes and digests
     The gateway holds no model files: `size` is 0 and `digest` a SHA-256 of the name (stable, so
     clients that key on it see the same model each time; it names no blob).
@@ -26,6 +30,7 @@ import hashlib
 import msgspec
 
 from ...upstream.capabilities import Facts
+from ..model_card import Card
 
 __all__ = ["merge_facts", "ps_entry", "show_document", "tag_name", "tags_entry"]
 
@@ -55,17 +60,22 @@ def _details(facts: Facts) -> dict:
     return {k: facts.details[k] for k in keys if k in facts.details}
 
 
-def tags_entry(name: str, modified_at: str, facts: Facts | None = None) -> dict:
+def tags_entry(name: str, modified_at: str, card: Card | None = None) -> dict:
     tagged = tag_name(name)
     entry = {"name": tagged, "model": tagged, "modified_at": modified_at, "size": 0, "digest": digest(tagged),
-             "details": _details(facts) if facts else {}}
+             "details": _details(card.facts) if card else {}}
+    if card is not None:
+        entry["capabilities"] = list(card.capabilities)
+        if card.context_length:
+            entry["context_length"] = card.context_length
+        entry["state"] = card.state
     return entry
 
 
-def ps_entry(name: str, context_length: int | None, facts: Facts | None = None) -> dict:
+def ps_entry(name: str, context_length: int | None, card: Card | None = None) -> dict:
     """A running model. No `expires_at`: a backend the gateway does not manage stays loaded, and
     claiming a time would be invented."""
-    entry = tags_entry(name, "", facts)
+    entry = tags_entry(name, "", card)
     del entry["modified_at"]
     entry["size_vram"] = 0
     if context_length:
@@ -88,7 +98,8 @@ def with_fim(facts: Facts, fim) -> Facts:
     return msgspec.structs.replace(facts, capabilities=caps, template=template)
 
 
-def show_document(name: str, facts: Facts, context_length: int | None, modified_at: str) -> dict:
+def show_document(name: str, facts: Facts, context_length: int | None, modified_at: str,
+                  card: Card | None = None) -> dict:
     info = dict(facts.model_info)
     arch = info.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -106,6 +117,8 @@ def show_document(name: str, facts: Facts, context_length: int | None, modified_
         "capabilities": list(facts.capabilities),
         "modified_at": modified_at,
     }
+    if card is not None:
+        doc["state"] = card.state
     if facts.template is not None:
         doc["template"] = facts.template
     if facts.parameters is not None:

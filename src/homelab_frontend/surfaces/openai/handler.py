@@ -39,6 +39,7 @@ from ...upstream.decode import (
 from ...upstream.client import UpstreamFailure
 from ...upstream.read import UpstreamTooLarge
 from ..body import decode_object
+from .. import model_card
 from ..model_rewrite import ModelRewriter
 from .assemble import CompletionAssembler
 from ..context import Gateway
@@ -47,6 +48,7 @@ from .. import keep_alive as client_keep_alive
 from ..loading import sse_comment
 from ..skeleton import SSE_HEADERS, exchange, inbound, started_stream
 from ..usage import UsageFold
+from .models import openai_entry
 from .request import StreamOptions, parse_request
 
 _encode = msgspec.json.encode
@@ -271,18 +273,15 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
 
 
 async def models(request: web.Request, gw: Gateway, t: Tracked) -> web.Response:
+    """Every model the key may use, each with what it is (surfaces/openai/models.py)."""
     gw.auth.admit(request, None, "openai")
     now = int(time.time())
-    data = []
+    listed = []
     for name in gw.router.model_names():
-        entry = {"id": name, "object": "model", "created": now, "owned_by": "homelab-frontend"}
         route = gw.router.resolve(name)
-        if not gw.auth.may_use(request, route):
-            continue  # a key sees only the models it may use
-        context = route.smallest_context()
-        if context:
-            entry["max_model_len"] = context
-        data.append(entry)
+        if gw.auth.may_use(request, route):  # a key sees only the models it may use
+            listed.append((name, route))
+    data = [openai_entry(card, now) for card in await model_card.cards(gw, listed)]
     t.end(DONE, override=True)
     return web.Response(
         body=_encode({"object": "list", "data": data}),
