@@ -90,7 +90,7 @@ def test_an_ollama_url_without_v1_and_an_invalid_kind_are_errors(tmp_path):
     done = run("check", "--config", write(tmp_path, cfg))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "backends.gpu.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai)",
+        "backends.gpu.kind: invalid value 'VLLM' (valid: vllm, ollama, llamacpp, openai, whispercpp, peer)",
         "backends.ol.url: 'http://127.0.0.1:11434': Ollama serves its OpenAI-compatible API under /v1 "
         "(did you mean http://127.0.0.1:11434/v1?)",
     ]

@@ -365,7 +365,7 @@ def test_requests_stats_and_reset(vllm):
     assert seen["headers"]["x-trace"] == "t1"
     stats = vllm.stats()
     assert stats == {"in_flight": 0, "max_in_flight": 1, "total": 1, "cancelled": 0, "completed": 1, "failed": 0,
-                     "prompt_tokens": 8, "cached_tokens": 0}  # 4 template tokens + 4 words; no cache modelled
+                     "prompt_tokens": 8, "cached_tokens": 0, "upload_bytes": 0}  # 4 template tokens + 4 words; no cache modelled
     assert seen["cached_tokens"] is None
 
 
