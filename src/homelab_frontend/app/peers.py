@@ -18,6 +18,7 @@ several of its models is one backend here too, with the peer's slots.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 import msgspec
@@ -31,7 +32,7 @@ from ..upstream.peer import PeerModel, parse_models
 
 log = logging.getLogger("homelab_frontend")
 
-__all__ = ["child_name", "reconcile"]
+__all__ = ["child_name", "note_poll", "reconcile"]
 
 
 def child_name(peer: str, backend: str) -> str:
@@ -88,6 +89,15 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
         if drop(name):
             changed = True
     return changed
+
+
+def note_poll(peer: BackendState) -> None:
+    """The peer's probe just ended: when it was polled, and, if it answered, answered."""
+    if peer.peer is None:
+        peer.peer = PeerLink(peer.name)
+    peer.peer.polled_at = time.monotonic()
+    if peer.up:
+        peer.peer.answered_at = peer.peer.polled_at
 
 
 def mark_down(peer: BackendState, backends: dict[str, BackendState]) -> None:

@@ -68,11 +68,15 @@ class PeerLink:
     the `kind: peer` entry of the config, whose `models` are everything the peer lists), or one of
     the peer's own backends, made here from the peer's report (`parent`/`backend`, its slots the
     peer's), whose `models` are the peer's models it serves. `models` maps a model's name to the
-    peer's `upstream.peer.PeerModel`, as the last poll read it."""
+    peer's `upstream.peer.PeerModel`, as the last poll read it. The peer's own link also keeps
+    when it was last polled and last answered (time.monotonic(); None: not yet), for the
+    dashboard's boxes."""
 
     parent: str
     backend: str = ""
     models: dict[str, Any] = field(default_factory=dict)
+    polled_at: float | None = None
+    answered_at: float | None = None
 
     def for_model(self, model: str) -> Any:
         """The peer's account of this backend for `model` (`upstream.peer.PeerBackend`), or None."""
