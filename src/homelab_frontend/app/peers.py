@@ -102,11 +102,16 @@ def note_poll(peer: BackendState) -> None:
 
 def mark_down(peer: BackendState, backends: dict[str, BackendState]) -> None:
     """The peer did not answer its probe: its backends here are down with it (requests fail
-    over to another box that serves the model, or get a 503 naming the peer)."""
+    over to another box that serves the model, or get a 503 naming the peer), and so are the
+    requests sent there that have no answer's headers yet: a black-holed box (a link that
+    accepts and says nothing) would keep them for their whole first_token_s; they fail over
+    (cause `box_down`). A stream already answering is left to its idle_s: a box too busy to
+    answer one poll may still be streaming."""
     for child in backends.values():
         if child.peer is not None and child.peer.parent == peer.name and child.peer.backend:
             child.up = False
             child.last_error = f"backend {child.name!r} is down with its peer: {peer.last_error}"
+            child.peer.mark_down()  # its requests still waiting for their answer's headers fail over
 
 
 def configured(cfg: cfgmod.Backend) -> bool:
