@@ -131,6 +131,10 @@ def _box1_down_and_its_model_gone(front) -> None:
     assert doc["boxes"]["box2"]["reachable"] is True
 
 
+def _no_slot_held(front) -> None:
+    wait_for(lambda: all(b["in_use"] == 0 and b["queued"] == 0 for b in _backends(front).values()), 10, 0.05)
+
+
 def _recovers(front, relay, s1) -> None:
     relay.restore()
     wait_for(lambda: _up(front, "box1/gpu0"), 15, 0.05)
@@ -144,7 +148,7 @@ def _recovers(front, relay, s1) -> None:
 def test_a_cut_relay_fails_over_before_the_first_byte_ends_a_stream_and_recovers(homelab):
     front, relay, s1, s2 = homelab
     # before the first byte: box1's server holds the headers back, the relay is cut meanwhile
-    t, out = _in_thread(lambda: _chat(front, "[stub headers_ms=2000] cut early"))
+    t, out = _in_thread(lambda: _chat(front, "[stub headers_ms=3000] cut early"))
     wait_for(lambda: s1.stats()["in_flight"] == 1, 10, 0.02)
     relay.cut()
     status, _, raw = _joined(t, out)
@@ -167,13 +171,14 @@ def test_a_cut_relay_fails_over_before_the_first_byte_ends_a_stream_and_recovers
     wait_for(lambda: s1.stats()["in_flight"] == 0, 10, 0.02)  # the generation stopped at the box's server
     _box1_down_and_its_model_gone(front)
     _recovers(front, relay, s1)
+    _no_slot_held(front)
 
 
 def test_a_black_holed_relay_fails_over_at_the_poll_ends_a_stream_at_idle_and_recovers(homelab):
     front, relay, s1, s2 = homelab
     # before the first byte: the box's answer is swallowed; the front's poll of box1 goes
     # unanswered (1 s timeout), box1 is marked down, and the request waiting there fails over
-    t, out = _in_thread(lambda: _chat(front, "[stub headers_ms=1000] black hole early"))
+    t, out = _in_thread(lambda: _chat(front, "[stub headers_ms=3000] black hole early"))
     wait_for(lambda: s1.stats()["in_flight"] == 1, 10, 0.02)
     relay.blackhole()
     status, _, raw = _joined(t, out)
@@ -197,3 +202,4 @@ def test_a_black_holed_relay_fails_over_at_the_poll_ends_a_stream_at_idle_and_re
     _box1_down_and_its_model_gone(front)
     _recovers(front, relay, s1)  # restoring drops the black-holed connections: the box's server stops
     wait_for(lambda: s1.stats()["in_flight"] == 0, 10, 0.02)
+    _no_slot_held(front)
