@@ -239,6 +239,8 @@ MODEL_CAPABILITIES = ("completion", "tools", "thinking", "vision", "embedding", 
                       # the relayed kinds (surfaces/media/): `speech` lists a model (and asks its
                       # backends for voices) in /v1/audio/models and /v1/audio/voices
                       "speech", "transcription", "rerank", "image")
+# A model with one of these is a media model: it claims no `completion` (surfaces/model_card.py)
+MEDIA_CAPABILITIES = ("rerank", "transcription", "speech", "image")
 
 
 class Model(msgspec.Struct, forbid_unknown_fields=True):

@@ -291,3 +291,51 @@ def test_dashboard_shows_managed_backend_states_and_starts_and_stops_them(browse
         css(browser, f"{card} button.lc-act")[0].click()
         until(browser, lambda: text(browser, f"{card} .state") == "stopped", 30)
         wait_gone(pid)
+
+
+def test_dashboard_groups_a_fronts_boxes_with_their_state(browser):
+    """A front (docs/several-boxes.md): each box a group with its state and models around its
+    backends here (`box1/gpu0`); one box nobody listens for, one that answers and is then stopped."""
+    from conftest import R1
+    from stubproc import start_stub
+
+    env = {"HLF_DASH_ADMIN": ADMIN_KEY, "HLF_PEER_KEY": "sk-dash-front"}
+    box_cfg = {"backends": {"gpu0": {"url": "", "kind": "vllm", "slots": 3, "health_interval_s": 0.5}},
+               "models": {"r1": {"backend": "gpu0", "upstream_model": R1}},
+               "auth": {"keys": [{"name": "front", "key_env": "HLF_PEER_KEY", "peer": True}]}}
+    front_cfg = {"backends": {
+        "box1": {"url": "", "kind": "peer", "api_key_env": "HLF_PEER_KEY", "health_interval_s": 0.3},
+        "box2": {"url": f"http://127.0.0.1:{free_port()}/llm/v1", "kind": "peer", "api_key_env": "HLF_PEER_KEY",
+                 "health_interval_s": 0.3, "timeouts": {"connect_s": 1}}},
+        "auth": {"admin_key_env": "HLF_DASH_ADMIN"}}
+    group1, group2 = '.boxgroup[data-box="box1"]', '.boxgroup[data-box="box2"]'
+    with start_stub("vllm", "--model", R1) as stub:
+        box_cfg["backends"]["gpu0"]["url"] = stub.base
+        box = Gateway(box_cfg, env=env).__enter__()
+        try:
+            front_cfg["backends"]["box1"]["url"] = box.base
+            with Gateway(front_cfg, env=env) as front:
+                browser.get(front.url + "/")
+                until(browser, lambda: browser.execute_script("return document.body.dataset.state") == "auth")
+                css(browser, "#key")[0].send_keys(ADMIN_KEY)
+                css(browser, "#usekey")[0].click()
+                until(browser, lambda: text(browser, f'{group1} .box-model[data-model="r1"]') == "r1 loaded", 15)
+                assert text(browser, f"{group1} .box-state") == "reachable"
+                assert text(browser, f"{group1} .box-poll").startswith("last poll ")
+                # the box's backend is a card inside its group, with the box's own slots
+                assert card_numbers(browser)["box1/gpu0"] == {"in_use": 0, "slots": 3, "queued": 0, "up": True}
+                assert len(css(browser, f'{group1} .backend[data-backend="box1/gpu0"]')) == 1
+                assert not css(browser, '.backend[data-backend="box1"]')  # the box is its group, not a card
+                until(browser, lambda: text(browser, f"{group2} .box-state") == "unreachable")
+                assert text(browser, f"{group2} .box-answer") == "never answered"
+                assert "box2" in (text(browser, f"{group2} .errline") or "")
+
+                box.__exit__(None, None, None)  # box1 goes away: unreachable, its models gone
+                box = None
+                until(browser, lambda: text(browser, f"{group1} .box-state") == "unreachable", 15)
+                until(browser, lambda: (text(browser, f"{group1} .box-answer") or "").startswith("last answered "))
+                assert not css(browser, f"{group1} .box-model")
+                until(browser, lambda: card_numbers(browser)["box1/gpu0"]["up"] is False)
+        finally:
+            if box is not None:
+                box.__exit__(None, None, None)

@@ -155,6 +155,13 @@ def test_the_boxes_backends_show_in_the_fronts_admin_metrics_and_ollama_lists(fr
     assert status == 200
     view = {b["name"]: b for b in doc["backends"]}
     assert view["box1/gpu0"]["slots"] == 2 and view["box1"]["kind"] == "peer"
+    assert view["box1/gpu0"]["box"] == "box1" and "box" not in view["box1"]
+    box = doc["boxes"]["box1"]  # the box itself: reachable, polled lately, its models and backends
+    assert box["reachable"] is True and box["models"] == {"r1": "loaded"} and box["backends"] == ["box1/gpu0"]
+    assert 0 <= box["last_poll_s_ago"] < 5 and box["last_answer_s_ago"] == box["last_poll_s_ago"]
+    status, snap = front.get("/admin/requests", ADMIN)  # what the dashboard polls says the same
+    assert status == 200 and snap["boxes"]["box1"]["models"] == {"r1": "loaded"}
+    assert snap["backends"]["box1/gpu0"]["box"] == "box1"
     status, text = front.get("/metrics", ADMIN)
     assert status == 200 and 'backend="box1/gpu0"' in text
     status, tags = front.get("/api/tags", {"Authorization": f"Bearer {ALICE}"})

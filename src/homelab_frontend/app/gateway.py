@@ -330,6 +330,7 @@ class Gateway:
 
     def _peer_report(self, state: BackendState, doc: object) -> None:
         """A peer's models list (or its silence): its backends here follow it (app/peers.py)."""
+        peers.note_poll(state)
         if not state.up:
             peers.mark_down(state, self.backends)
             return

@@ -18,6 +18,7 @@ several of its models is one backend here too, with the peer's slots.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 import msgspec
@@ -31,7 +32,7 @@ from ..upstream.peer import PeerModel, parse_models
 
 log = logging.getLogger("homelab_frontend")
 
-__all__ = ["child_name", "reconcile"]
+__all__ = ["child_name", "note_poll", "reconcile"]
 
 
 def child_name(peer: str, backend: str) -> str:
@@ -90,13 +91,27 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
     return changed
 
 
+def note_poll(peer: BackendState) -> None:
+    """The peer's probe just ended: when it was polled, and, if it answered, answered."""
+    if peer.peer is None:
+        peer.peer = PeerLink(peer.name)
+    peer.peer.polled_at = time.monotonic()
+    if peer.up:
+        peer.peer.answered_at = peer.peer.polled_at
+
+
 def mark_down(peer: BackendState, backends: dict[str, BackendState]) -> None:
     """The peer did not answer its probe: its backends here are down with it (requests fail
-    over to another box that serves the model, or get a 503 naming the peer)."""
+    over to another box that serves the model, or get a 503 naming the peer), and so are the
+    requests sent there that have no answer's headers yet: a black-holed box (a link that
+    accepts and says nothing) would keep them for their whole first_token_s; they fail over
+    (cause `box_down`). A stream already answering is left to its idle_s: a box too busy to
+    answer one poll may still be streaming."""
     for child in backends.values():
         if child.peer is not None and child.peer.parent == peer.name and child.peer.backend:
             child.up = False
             child.last_error = f"backend {child.name!r} is down with its peer: {peer.last_error}"
+            child.peer.mark_down()  # its requests still waiting for their answer's headers fail over
 
 
 def configured(cfg: cfgmod.Backend) -> bool:

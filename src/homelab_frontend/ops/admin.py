@@ -9,6 +9,7 @@ from typing import Callable
 
 from aiohttp import web
 
+from .boxes import box_of, boxes_view
 from .context import OPS_GATEWAY, OpsGateway
 from .context import gateway as _gw
 
@@ -41,12 +42,15 @@ def snapshot(gw: OpsGateway) -> dict:
             u = unit.as_dict()
             backends[name]["lifecycle"] = {k: u[k] for k in ("state", "since", "pid", "last_exit", "last_start_s",
                                                              "error", "waiting")}
+        if box_of(b) is not None:  # one of a box's backends: the dashboard groups it under the box
+            backends[name]["box"] = box_of(b)
         if hasattr(b.pool, "holders"):  # shared through Redis: in_use counts every replica
             backends[name]["held_here"] = b.pool.held
             backends[name]["replicas"] = {r: n for r, n in sorted(b.pool.holders.items()) if n}
     return {
         "requests": [t.as_dict() for t in gw.tracker],
         "backends": backends,
+        "boxes": boxes_view(gw.backends, now),
     }
 
 
@@ -99,7 +103,7 @@ def backends_view(gw: OpsGateway) -> list[dict]:
             "last_exit_status": None, "last_exit": None, "last_start_s": None,
         }
         out.append({**entry, "slots": b.pool.slots, "in_use": b.pool.in_use, "queued": b.pool.queued,
-                    "up": b.up, "kind": b.cfg.kind})
+                    "up": b.up, "kind": b.cfg.kind, **({"box": box_of(b)} if box_of(b) else {})})
     return out
 
 
@@ -107,7 +111,7 @@ async def list_backends(request: web.Request) -> web.Response:
     gw = _gw(request)
     if not gw.auth.is_admin(request):
         return _forbidden()
-    return web.json_response({"backends": backends_view(gw)})
+    return web.json_response({"backends": backends_view(gw), "boxes": boxes_view(gw.backends, time.monotonic())})
 
 
 def _unit(gw: OpsGateway, name: str) -> web.Response | None:

@@ -1,5 +1,6 @@
 """The dashboard page at GET /: one self-contained HTML file (ops/static/dashboard.html, inline
-CSS and JS, no CDN) that polls /admin/requests and /admin/stats once a second. The page itself
+CSS and JS, no CDN) that polls /admin/requests and /admin/stats once a second (a front's boxes
+drawn as groups around their backends: ops/boxes.py). The page itself
 holds no data, so it is served to anyone; the numbers behind it need the admin key when one is
 configured (the page asks for it and keeps it in sessionStorage, for that tab only)."""
 

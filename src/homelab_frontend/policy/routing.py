@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Protocol
@@ -68,11 +69,30 @@ class PeerLink:
     the `kind: peer` entry of the config, whose `models` are everything the peer lists), or one of
     the peer's own backends, made here from the peer's report (`parent`/`backend`, its slots the
     peer's), whose `models` are the peer's models it serves. `models` maps a model's name to the
-    peer's `upstream.peer.PeerModel`, as the last poll read it."""
+    peer's `upstream.peer.PeerModel`, as the last poll read it. The peer's own link also keeps
+    when it was last polled and last answered (time.monotonic(); None: not yet), for the
+    dashboard's boxes."""
 
     parent: str
     backend: str = ""
     models: dict[str, Any] = field(default_factory=dict)
+    polled_at: float | None = None
+    answered_at: float | None = None
+    # one of the peer's backends: set when its box stops answering its polls (app/peers.mark_down),
+    # so a request still waiting there for its answer's headers fails over (request/exchange.py)
+    _went_down: asyncio.Event | None = None
+
+    def went_down(self) -> asyncio.Event:
+        """The event the next mark-down of this box's backend sets (made on first ask)."""
+        if self._went_down is None:
+            self._went_down = asyncio.Event()
+        return self._went_down
+
+    def mark_down(self) -> None:
+        """Wake whoever waits on this backend's box, and start a fresh event for the next time."""
+        if self._went_down is not None:
+            self._went_down.set()
+            self._went_down = None
 
     def for_model(self, model: str) -> Any:
         """The peer's account of this backend for `model` (`upstream.peer.PeerBackend`), or None."""

@@ -221,6 +221,8 @@ class Exchange:
                 finally:
                     if pending.done():  # answered or failed: nothing left on its way
                         self._posting = None
+            elif self.backend.peer is not None and self.backend.peer.backend:
+                self.resp = await _unless_box_down(self.backend, posting)
             else:
                 self.resp = await posting
         except GatewayError as err:
@@ -401,6 +403,34 @@ class Exchange:
                     pass
         except (TimeoutError, aiohttp.ClientError, ConnectionError):
             self.complete = False
+
+
+async def _unless_box_down(backend: BackendState, posting: Awaitable[aiohttp.ClientResponse]) -> aiohttp.ClientResponse:
+    """A box's backend (docs/several-boxes.md): its answer's headers, unless the box stops
+    answering its polls first (app/peers.mark_down). A box behind a link that accepts and says
+    nothing (a black hole) would otherwise keep the request for its whole first_token_s; this
+    way it fails over (cause `box_down`) at the poll's timeout. Nothing of the answer has reached
+    the client: it is before the first byte."""
+    assert backend.peer is not None
+    down = backend.peer.went_down()
+    task = asyncio.ensure_future(posting)
+    waiter = asyncio.ensure_future(down.wait())
+    try:
+        await asyncio.wait((task, waiter), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request was cancelled (its client left, a deadline): nothing stays open
+        waiter.cancel()
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            task.result().close()
+        raise
+    waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()  # the box went down first
+    await asyncio.gather(task, return_exceptions=True)
+    raise UpstreamFailure("upstream_unreachable", backend.last_error or f"backend {backend.name!r} is down with its box",
+                          cause="box_down")
 
 
 class _Watchdog:

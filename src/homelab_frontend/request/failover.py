@@ -17,6 +17,7 @@ The causes (the `cause` label of `hlf_failovers_total`):
 | `status_502`, `status_503`, `status_504` | a gateway error or "unavailable" (llama.cpp's "Loading model" is a 503) |
 | `status_429` | the backend itself rate limiting (the gateway's own 429s come before any backend) |
 | `model_not_loaded` | a 400/404 saying the model is not there (Ollama "not found, try pulling it", vLLM "does not exist") |
+| `box_down` | a peer box's backend whose box stopped answering its polls while the request waited for its answer's headers (app/peers.py) |
 | `broke` | broke off a whole (non-streaming) answer read as a stream (llama.cpp), whose client has seen none of it (`Exchange.whole`) |
 
 Never: any other 4xx (it is about the request: another backend would refuse it too); an answer

@@ -30,17 +30,20 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from ..config import MEDIA_CAPABILITIES as MEDIA
 from ..policy.routing import BackendState, Route
 from ..upstream.capabilities import Facts, can_tell, fetch_facts
 from .context import Gateway
 
-__all__ = ["BackendCard", "Card", "backend_state", "card", "cards", "merge_capabilities", "model_state"]
+__all__ = ["MEDIA", "BackendCard", "Card", "backend_state", "card", "cards", "media_capabilities",
+           "merge_capabilities", "model_state"]
 
 FACTS_TTL_S = 60.0
 LIST_TIMEOUT_S = 2.0  # a list must answer: a backend slower than this is left out of the facts
 STATES = ("loaded", "loading", "unloading", "sleeping", "stopped", "failed", "down")
 _MANAGED = {"ready": "loaded", "starting": "loading", "draining": "unloading", "stopping": "unloading",
             "sleeping": "sleeping", "stopped": "stopped", "failed": "failed"}
+_KIND_CAPABILITIES = {"whispercpp": ("transcription",)}  # a server that can do nothing else
 _facts: dict[tuple[str, str], tuple[float, Facts | None]] = {}  # (backend url, model) -> (until, facts)
 
 
@@ -101,6 +104,18 @@ def merge_capabilities(told: list[tuple[str, ...]], configured: list[str] | None
     return tuple(caps)
 
 
+def media_capabilities(configured: list[str] | None, kinds: list[str | None]) -> tuple[str, ...] | None:
+    """A media model's capabilities (pure): its configured list when that names a media kind,
+    else what its backends' kind can only be; None: not a media model (the usual merge
+    applies)."""
+    if configured and any(c in MEDIA for c in configured):
+        return tuple(dict.fromkeys(configured))
+    by_kind = [_KIND_CAPABILITIES.get(k or "") for k in kinds]
+    if kinds and all(by_kind):
+        return tuple(dict.fromkeys(c for caps in by_kind for c in caps or ()))
+    return None
+
+
 def _backend_card(gw: Gateway, b: BackendState, upstream_model: str) -> BackendCard:
     managed, eta = None, None
     if gw.fleet.managed(b.name):
@@ -142,7 +157,9 @@ async def card(gw: Gateway, name: str, route: Route, timeout_s: float = 5.0) -> 
     told = await backend_facts(gw, route, timeout_s)
     m = gw.cfg.models.get(route.model)
     configured = m.capabilities if m is not None else None
-    caps = merge_capabilities([f.capabilities for f in told], configured, route.fim is not None)
+    media = media_capabilities(configured, [b.cfg.kind for b in route.backends])
+    caps = media if media is not None else merge_capabilities(
+        [f.capabilities for f in told], configured, route.fim is not None)
     first = told[0] if told else Facts(caps)
     lens = [f.context_length for f in told if f.context_length]
     context = route.smallest_context() or (min(lens) if lens else None)

@@ -292,7 +292,12 @@ lands on matters)."""
                         status=502,
                     )
                 return msgspec.json.decode(raw)
-        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:
+        except aiohttp.ClientConnectionError as err:  # (aiohttp's connect timeout is one)
+            raise self._unreachable(err) from None
+        except TimeoutError:  # connected, but no whole answer in time (a black-holed link)
+            raise UpstreamFailure("upstream_unreachable", f"backend {self.name!r} did not answer {path} "
+                                  f"within {timeout_s:g} s", cause="timeout") from None
+        except OSError as err:
             raise self._unreachable(err) from None
         except msgspec.DecodeError:
             raise GatewayError("upstream_error", f"backend {self.name!r}: {path} is not JSON") from None

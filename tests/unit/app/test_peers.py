@@ -137,3 +137,23 @@ def test_a_model_moving_between_the_peers_backends_remakes_its_route():
     changed, gone = _apply(cfg, backends, clients, "box1", _entry("r1", _b("gpu1")), _entry("q", _b("gpu0")))
     assert changed and not gone  # both backends stay; the models swapped places
     assert [b.name for b in Router(cfg, backends).resolve("r1").backends] == ["box1/gpu1"]
+
+
+def test_a_peer_down_wakes_the_requests_waiting_on_its_backends_and_its_polls_are_noted():
+    cfg, backends, clients = _setup()
+    _apply(cfg, backends, clients, "box1", _entry("r1", _b("gpu0")))
+
+    async def main():
+        waiting = backends["box1/gpu0"].peer.went_down()
+        assert backends["box1/gpu0"].peer.went_down() is waiting  # one event until it fires
+        backends["box1"].up = False
+        peers.note_poll(backends["box1"])
+        peers.mark_down(backends["box1"], backends)
+        assert waiting.is_set()
+        assert not backends["box1/gpu0"].peer.went_down().is_set()  # the next wait waits for the next one
+        link = backends["box1"].peer
+        assert link.polled_at is not None and link.answered_at is None
+        backends["box1"].up = True
+        peers.note_poll(backends["box1"])
+        assert link.answered_at == link.polled_at
+    asyncio.run(main())

@@ -297,3 +297,38 @@ def test_a_backend_without_a_tokenizer_starts_no_count():
         await clients["u"].close()
 
     asyncio.run(main())
+
+
+def test_a_box_going_down_fails_over_a_request_still_waiting_for_its_headers():
+    from homelab_frontend.policy.routing import PeerLink
+    from homelab_frontend.request.exchange import _unless_box_down
+    from homelab_frontend.upstream.client import UpstreamFailure
+
+    b = cfgmod.parse({"backends": {"box1": {"url": "http://127.0.0.1:9/llm/v1", "kind": "peer"}}}).backends["box1"]
+
+    async def main():
+        state = BackendState("box1/gpu0", b, SlotPool("box1/gpu0", 1, 4, 5.0), peer=PeerLink("box1", "gpu0"))
+        state.last_error = "backend 'box1/gpu0' is down with its peer: no answer"
+        started, cancelled = asyncio.Event(), []
+
+        async def silent():  # a black-holed box: no headers, ever
+            started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        waiting = asyncio.ensure_future(_unless_box_down(state, silent()))
+        await started.wait()
+        state.peer.mark_down()
+        with pytest.raises(UpstreamFailure) as err:
+            await asyncio.wait_for(waiting, 5)
+        assert err.value.cause == "box_down" and "box1/gpu0" in err.value.message
+        assert cancelled  # the request to the box is closed, not left behind
+
+        async def answers():
+            return "headers"
+        assert await _unless_box_down(state, answers()) == "headers"  # an answer first passes through
+
+    asyncio.run(main())

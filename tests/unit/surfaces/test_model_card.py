@@ -57,3 +57,15 @@ def test_a_card_counts_slots_of_backends_not_down():
     down = BackendCard("b", "vllm", "down", 8, 0, 0)
     card = Card("m", "m", 4096, ("completion",), "loaded", (up, down), Facts(("completion",)))
     assert card.slots == 4 and card.loaded
+
+
+def test_a_media_model_is_its_configured_list_or_its_kinds():
+    from homelab_frontend.surfaces.model_card import media_capabilities
+
+    assert media_capabilities(["rerank"], ["llamacpp"]) == ("rerank",)  # not what /props tells
+    assert media_capabilities(None, ["whispercpp"]) == ("transcription",)
+    assert media_capabilities(None, ["whispercpp", "whispercpp"]) == ("transcription",)
+    assert media_capabilities(None, ["whispercpp", "openai"]) is None  # the openai one may chat
+    assert media_capabilities(["completion", "tools"], ["vllm"]) is None
+    assert media_capabilities(None, []) is None
+    assert media_capabilities(["completion", "speech"], ["openai"]) == ("completion", "speech")  # as written

@@ -8,7 +8,8 @@ it (config `max_model_len`, or what the backend reported), else left out: the ba
 how much of the context an answer may take. `thinking` is whether the model reasons, from its
 card's capabilities (surfaces/model_card.py); without a card, true: every model accepts a
 `thinkingConfig` (the backend's template decides whether the model reasons). An embedding model
-(`embedding` without `completion`) lists only the embedding methods. Nothing outside Google's
+(`embedding` without `completion`) lists only the embedding methods; a media model (rerank, speech,
+transcription, image: no `completion`) none, since Gemini's methods are not how it is called. Nothing outside Google's
 `Model` fields is added: the GenAI SDKs parse the entry strictly.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config import MEDIA_CAPABILITIES as MEDIA
 from ...errors import GatewayError
 from ..fields import as_list as _list, as_obj as _obj, invalid as _invalid
 from .fields import get as _get
@@ -37,7 +39,12 @@ def model_entry(name: str, model: str, context_length: int | None,
         entry["outputTokenLimit"] = context_length
     caps = capabilities
     embeds_only = caps is not None and "embedding" in caps and "completion" not in caps
-    entry["supportedGenerationMethods"] = EMBEDDING_METHODS if embeds_only else GENERATION_METHODS + EMBEDDING_METHODS
+    media_only = caps is not None and "completion" not in caps and any(c in MEDIA for c in caps)
+    if media_only:
+        entry["supportedGenerationMethods"] = EMBEDDING_METHODS if "embedding" in caps else []
+    else:
+        entry["supportedGenerationMethods"] = (EMBEDDING_METHODS if embeds_only
+                                               else GENERATION_METHODS + EMBEDDING_METHODS)
     entry["thinking"] = True if caps is None else "thinking" in caps
     return entry
 

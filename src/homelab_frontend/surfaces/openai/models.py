@@ -7,7 +7,10 @@ model is rides beside it in the fields other servers made the ones clients read:
   llama-swap copied in #984 for the tools that read it there);
 - capabilities: `capabilities` in Ollama's vocabulary (completion, tools, thinking, vision,
   embedding, insert, audio), and LiteLLM's model_info booleans (`supports_function_calling`,
-  `supports_reasoning`, `supports_vision`) with its `mode` (chat, embedding, completion);
+  `supports_reasoning`, `supports_vision`, `supports_audio_input`, `supports_audio_output`) with
+  its `mode` (chat, embedding, completion, and a media model's: rerank, audio_transcription,
+  audio_speech, image_generation, LiteLLM's words for them); `homelab.endpoints` names the
+  gateway's paths a media model answers on (rerank's include /v1/score);
 - state: `status.value` as llama.cpp's router mode writes it (loaded, loading, unloaded, sleeping),
   `loaded` (a boolean, as Unsloth Studio's list), and `state` in the gateway's own words;
 - `homelab`: the gateway's own account (state, slots, the backends serving it with theirs), which a
@@ -23,7 +26,21 @@ __all__ = ["openai_entry"]
 _STATUS = {"loaded": "loaded", "loading": "loading", "sleeping": "sleeping", "unloading": "unloading"}
 
 
+# A media model's LiteLLM mode and the paths it answers on (surfaces/media/), in this order: a
+# model configured with two media kinds is listed as the first
+_MEDIA = {
+    "rerank": ("rerank", ["/v1/rerank", "/v2/rerank", "/v1/score"]),
+    "transcription": ("audio_transcription", ["/v1/audio/transcriptions", "/v1/audio/translations"]),
+    "speech": ("audio_speech", ["/v1/audio/speech"]),
+    "image": ("image_generation", ["/v1/images/generations", "/v1/images/edits"]),
+}
+
+
 def _mode(caps: tuple[str, ...]) -> str:
+    if "completion" not in caps:
+        for cap, (mode, _) in _MEDIA.items():
+            if cap in caps:
+                return mode
     if "embedding" in caps and "completion" not in caps:
         return "embedding"
     if "completion" not in caps and "insert" in caps:
@@ -43,6 +60,8 @@ def openai_entry(card: Card, created: int) -> dict:
     entry["supports_function_calling"] = "tools" in caps
     entry["supports_reasoning"] = "thinking" in caps
     entry["supports_vision"] = "vision" in caps
+    entry["supports_audio_input"] = "audio" in caps or "transcription" in caps
+    entry["supports_audio_output"] = "speech" in caps
     entry["state"] = card.state
     entry["loaded"] = card.loaded
     entry["status"] = {"value": _STATUS.get(card.state, "unloaded")}
@@ -59,4 +78,7 @@ def openai_entry(card: Card, created: int) -> dict:
                       **({"load_eta_s": b.load_eta_s} if b.load_eta_s is not None else {})}
                      for b in card.backends],
     }
+    endpoints = [path for cap, (_, paths) in _MEDIA.items() if cap in caps for path in paths]
+    if endpoints:
+        entry["homelab"]["endpoints"] = endpoints
     return entry

@@ -48,3 +48,11 @@ def test_embedding_bodies_and_answers():
         embeddings([{"index": 0, "embedding": "base64=="}], 1)
     with pytest.raises(ValueError):
         embeddings(data, 3)
+
+
+def test_a_media_model_lists_no_generation_methods():
+    from homelab_frontend.surfaces.gemini.models import model_entry as entry
+
+    for caps in (("rerank",), ("speech",), ("transcription",), ("image",)):
+        assert entry("m", "m", None, caps)["supportedGenerationMethods"] == []
+    assert "generateContent" in entry("m", "m", None, ("completion", "speech"))["supportedGenerationMethods"]

@@ -39,3 +39,18 @@ def test_an_unknown_context_is_left_out_and_embedding_models_say_so():
     entry = openai_entry(_card(("embedding",), ctx=None), 0)
     assert not {"max_model_len", "context_length", "meta"} & entry.keys()
     assert entry["mode"] == "embedding"
+
+
+def test_media_models_have_litellms_modes_and_their_paths():
+    want = {("rerank",): "rerank", ("transcription",): "audio_transcription", ("speech",): "audio_speech",
+            ("image",): "image_generation", ("completion", "speech"): "chat"}
+    for caps, mode in want.items():
+        entry = openai_entry(_card(caps), 1700000000)
+        openai.types.Model.model_validate(entry)
+        assert entry["mode"] == mode, caps
+    rr = openai_entry(_card(("rerank",)), 1)
+    assert rr["homelab"]["endpoints"] == ["/v1/rerank", "/v2/rerank", "/v1/score"]
+    assert not rr["supports_audio_input"] and not rr["supports_audio_output"]
+    stt = openai_entry(_card(("transcription",)), 1)
+    assert stt["supports_audio_input"] and not stt["supports_audio_output"]
+    assert "endpoints" not in openai_entry(_card(("completion",)), 1)["homelab"]
