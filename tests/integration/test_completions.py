@@ -397,6 +397,18 @@ def test_ollama_generate_suffix_to_llamacpp_and_to_a_model_without_fim(oc, llama
     assert exc.value.status_code == 400 and exc.value.error.startswith("suffix:")
 
 
+def test_ollama_raw_generate_with_more_tokens_than_the_context_is_vllms_400_not_an_endless_answer(gw, vllm):
+    """vLLM refuses `max_tokens` over its whole context on /v1/completions too (and fits a smaller
+    one to what the prompt leaves); the stub did not, and generated 2**31 tokens for the fuzz
+    test's `num_predict: 2147483648` while the gateway held the slot (test_fuzz_surfaces)."""
+    oc = ollama_sdk.Client(host=gw.url, headers=auth(), timeout=60)  # without the refusal: no answer
+    with pytest.raises(ollama_sdk.ResponseError) as exc:
+        oc.generate(model="raw", prompt="x", raw=True, options={"num_predict": 2**31}, stream=False)
+    assert exc.value.status_code == 400 and "max_tokens=2147483648 cannot be greater than" in exc.value.error
+    assert vllm.log_lines()[-1].startswith("rejected status=400")
+    assert vllm.stats()["in_flight"] == 0 and gw.admin(auth("sk-admin"))["requests"] == []
+
+
 def test_ollama_raw_with_images_is_a_400(oc):
     with pytest.raises(ollama_sdk.ResponseError) as exc:
         oc.generate(model="raw", prompt="x", raw=True, images=["iVBORw0KGgo="])

@@ -42,7 +42,10 @@ SENT = {"requests": 0}
 class Client:
     """One keep-alive HTTP/1.1 connection. A connection the gateway announced it would close
     (`Connection: close`) is reopened; one dropped without notice is retried once and counted,
-    and the count must stay 0."""
+    and the count must stay 0. A request that fails otherwise (no answer within the timeout)
+    fails its example, and its connection is closed: the gateway sees its client leave (and must
+    free what it held), and the next request goes on a new connection, where it would otherwise
+    meet `CannotSendRequest` on the old one's unread answer and fail too."""
 
     def __init__(self, url: str) -> None:
         u = urlsplit(url)
@@ -65,6 +68,9 @@ class Client:
                 self.reconnects += 1
                 if attempt == 2:
                     raise
+            except BaseException:
+                self.conn.close()
+                raise
         raise AssertionError("unreachable")
 
 

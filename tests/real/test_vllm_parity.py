@@ -2,7 +2,8 @@
 suite's, tests/vllmproc.py), their answers compared by shape, never by value (tests/support/
 wire_shape.py): field names and JSON types, the order of a stream's chunk kinds (the opening role
 chunk, reasoning, content, a tool call's start and its argument fragments, the finish, the usage
-chunk), where usage comes (on each chunk with continuous usage, on a final `choices: []` chunk),
+chunk; a chunk the real vLLM coalesced on a busy machine split back first: wire_shape.uncoalesced),
+where usage comes (on each chunk with continuous usage, on a final `choices: []` chunk),
 what `stop_reason` is (the string for a stop string, the token id for an end of turn), the error
 bodies the gateway reads (an unknown model, a prompt over the context, a bad `max_tokens`), and the
 side endpoints it relies on (`/v1/models` with `max_model_len`, `/tokenize`, the `/metrics` names).

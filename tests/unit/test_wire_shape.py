@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from support.wire_shape import diff, grammar, kind, paths, stream_diff
+from support.wire_shape import diff, grammar, kind, paths, stream_diff, uncoalesced
 
 ROLE = {"role": "assistant", "content": ""}
 
@@ -34,6 +34,31 @@ def stream(reasoning: int, content: int, with_usage: bool = True) -> list[dict]:
     if with_usage:
         out.append(chunk(choices=False, usage=usage(reasoning + content)))
     return out
+
+
+def parsed(reasoning: int, content: int) -> list[dict]:
+    """A stream of vLLM with a reasoning parser, as an idle vLLM sends it: the end of turn (its
+    stop token) brings no text, so the finishing chunk's delta is `{}`."""
+    out = stream(reasoning, content)
+    out[-2] = chunk({}, finish="stop", stop_reason=106)
+    return out
+
+
+def coalesce(chunks: list[dict], cuts: list[int]) -> list[dict]:
+    """What vLLM's output collector makes of a stream when its API server falls behind: the
+    deltas between two cuts merged into one chunk (texts joined), the finish on the last."""
+    head, body, tail = chunks[:1], chunks[1:-1], chunks[-1:]
+    out = list(head)
+    bounds = sorted({0, len(body), *(c % (len(body) + 1) for c in cuts)})
+    for a, b in zip(bounds, bounds[1:]):
+        merged: dict = {}
+        for c in body[a:b]:
+            for key, value in c["choices"][0]["delta"].items():
+                merged[key] = merged.get(key, "") + value
+        last = body[b - 1]["choices"][0]
+        extra = {"stop_reason": last["stop_reason"]} if "stop_reason" in last else {}
+        out.append(chunk(merged, finish=last["finish_reason"], **extra))
+    return out + tail
 
 
 json_values = st.recursive(
@@ -84,3 +109,39 @@ def test_what_a_difference_looks_like():
     d = [dict(x, usage=usage(0)) if x["choices"] else x for x in stream(1, 2)]
     assert "[content] only vllm: $.usage.total_tokens: int" in stream_diff(a, d)
     assert diff({"$.x: int"}, {"$.x: str"}, "one", "two") == ["only one: $.x: int", "only two: $.x: str"]
+
+
+def test_a_stream_vllm_coalesced_on_a_busy_machine_reads_as_the_stubs():
+    """The full suite's failure (test_vllm_parity, at load 16): vLLM's API server fell behind its
+    engine, and the end of the reasoning, the whole content and the finish came in one chunk."""
+    stub = parsed(3, 4)
+    busy_usage = chunk(choices=False, usage=usage(7))
+    busy = stub[:3] + [chunk({"reasoning": "r2 ", "content": "c0 c1 c2 c3 "}, finish="stop", stop_reason=106),
+                       busy_usage]
+    assert grammar(busy) == ["open", "reasoning", "finish", "usage-only"]  # as the run saw it
+    assert grammar(uncoalesced(busy)) == grammar(stub) == ["open", "reasoning", "content", "finish", "usage-only"]
+    assert stream_diff(stub, busy) == []
+    assert uncoalesced(busy)[-2:] == [chunk({}, finish="stop", stop_reason=106), busy_usage]
+    assert uncoalesced(busy)[-3] == chunk({"content": "c0 c1 c2 c3 "})
+
+
+def test_uncoalescing_keeps_what_is_no_payload_and_splits_a_tool_calls_start_from_its_arguments():
+    hidden = [chunk(ROLE), chunk({"content": "a b", "reasoning": None}, finish="stop", stop_reason=106)]
+    assert uncoalesced(hidden)[1:] == [chunk({"content": "a b", "reasoning": None}),
+                                       chunk({}, finish="stop", stop_reason=106)]
+    start = {"id": "t", "type": "function", "index": 0, "function": {"name": "f", "arguments": '{"a": 1}'}}
+    tool = [chunk(ROLE), chunk({"reasoning": "r", "content": None, "tool_calls": [start]}, finish="tool_calls",
+                               stop_reason=None)]
+    assert grammar(uncoalesced(tool)) == ["open", "reasoning", "tool-start", "tool-args", "finish"]
+    assert uncoalesced(tool)[2]["choices"][0]["delta"] == {
+        "content": None, "tool_calls": [{"id": "t", "type": "function", "index": 0, "function": {"name": "f"}}]}
+    assert uncoalesced(tool)[3]["choices"][0]["delta"] == {
+        "content": None, "tool_calls": [{"index": 0, "function": {"arguments": '{"a": 1}'}}]}
+    plain = parsed(2, 2)
+    assert uncoalesced(plain) == plain  # one kind per chunk: nothing to split
+
+
+@given(st.integers(0, 4), st.integers(1, 4), st.lists(st.integers(0, 20), max_size=4))
+def test_any_coalescing_of_a_stream_reads_as_the_stream(reasoning, content, cuts):
+    idle = parsed(reasoning, content)
+    assert stream_diff(idle, coalesce(idle, cuts)) == []

@@ -3,13 +3,16 @@ the real servers send it, with the same timing, cancellation log and stats as th
 (chat.py): one `request` line, then `completed ... tokens=N` or `cancelled ... after N tokens`.
 
 The answer is `max_tokens` (or `n_predict`; else a `[stub content=N]` directive in the prompt, else
-16) words ` c1 c2 ...`, one token each, `token_delay_ms` (or `[stub delay_ms=N]`) apart, cut where
+16) words ` c1 c2 ...`, at most what the prompt leaves of the context (`--max-model-len`: vLLM fits
+`max_tokens` to it, llama.cpp stops a full slot; finish `length`), one token each, `token_delay_ms` (or `[stub delay_ms=N]`) apart, cut where
 a stop string begins, as the real servers cut the text (stop `c3` leaves ` c1 c2 `; the token that
 completed the stop is not counted). A stop spanning two tokens keeps the earlier token, which was
 sent before the stop could be seen (vLLM holds such a prefix back; the stub does not). The prompt counts one token per word (script.text_token_ids), as /tokenize does.
 
 Wire shapes, per flavour:
-* vLLM: `cmpl-<hex>` ids, chunks with `logprobs: null`, `stop_reason` on the finish chunk (the stop
+* vLLM: a prompt over the context, or `max_tokens` over the whole context or under 1, refused
+  with vLLM's 400 as a chat's are (vllm.py `check_context`; 0.32's completions build the same
+  TokenizeParams); `cmpl-<hex>` ids, chunks with `logprobs: null`, `stop_reason` on the finish chunk (the stop
   string), a `choices: []` usage chunk with `stream_options.include_usage` (and usage on every
   chunk with `continuous_usage_stats`), `[DONE]`; `suffix` is refused with vLLM's 400;
 * llama.cpp: `chatcmpl-` ids (its completions share the chat id scheme), `system_fingerprint`,
@@ -161,6 +164,11 @@ async def handle_completions(request: web.Request) -> web.StreamResponse:
                                            param="stream_options"))
     text = prompt + (body.get("suffix") or "")
     prompt_tokens = len(text_token_ids(text))
+    if name in ("vllm", "llamacpp"):  # the context's rules, as for a chat (chat.py)
+        refusal = flavour.check_context(prompt_tokens, _int(body.get("max_tokens")), config.max_model_len)
+        if refusal is not None:
+            state.log.write(f"rejected status={refusal.status} seq={seq}")
+            return json_response(refusal)
     return await _play(request, state, flavour, body, seq, model, prompt_tokens, text, infill=False)
 
 
@@ -206,6 +214,11 @@ async def _play(request, state, flavour, body: dict, seq: int, model: str, promp
         limit = _int(body.get("max_tokens", body.get("max_completion_tokens")))
     if limit is None or limit < 0:
         limit = directives.content if directives.content is not None else DEFAULT_TOKENS
+    if flavour.name in ("vllm", "llamacpp"):
+        # an answer ends where the context does: vLLM fits max_tokens to what the prompt leaves
+        # (get_max_tokens), llama.cpp stops a slot whose context is full; without this a huge
+        # max_tokens made the stub generate without end, at full speed when no delay is set
+        limit = min(limit, max(0, state.config.max_model_len - prompt_tokens))
     delay = directives.delay_ms if directives.delay_ms is not None else state.config.token_delay_ms
     gen = _Gen(state, seq, flavour.name, limit, _stops(body.get("stop")), delay)
     stream = body.get("stream") is True

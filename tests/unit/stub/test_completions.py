@@ -84,17 +84,52 @@ def test_a_plain_completion_in_each_flavour_s_shape(flavour):
     ({"prompt": "x", "max_tokens": 3}, 3),
     ({"prompt": "x [stub content=5]", "max_tokens": 2}, 2),  # the request's own count wins
     ({"prompt": "x [stub content=5]"}, 5),
-    ({"prompt": "x [stub content=5]", "max_tokens": -1}, 5),  # not a count: as if absent
     ({"prompt": "x", "max_tokens": True}, DEFAULT_TOKENS),  # JSON true is no integer
     ({"prompt": "x", "max_tokens": "7"}, DEFAULT_TOKENS),
     ({"prompt": "x"}, DEFAULT_TOKENS),
-    ({"prompt": "x", "max_tokens": 0}, 0),
+    # llama.cpp's: -1 is no limit (the directive, else 16, else the context's end), 0 is none
+    ({"prompt": "x [stub content=5]", "max_tokens": -1, "flavour": "llamacpp"}, 5),
+    ({"prompt": "x", "max_tokens": 0, "flavour": "llamacpp"}, 0),
 ])
 def test_how_many_tokens_a_completion_gets(body, n):
-    status, doc, _, _ = post({"model": MODEL, **body})
+    body = dict(body)
+    status, doc, _, _ = post({"model": MODEL, **body}, flavour=body.pop("flavour", "vllm"))
     assert status == 200, doc
     assert doc["choices"][0]["text"] == _pieces(n) and doc["usage"]["completion_tokens"] == n
     assert doc["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("max_tokens, message", [
+    (2**31, "max_tokens=2147483648 cannot be greater than max_model_len=64. Please request fewer output tokens."),
+    (65, "max_tokens=65 cannot be greater than max_model_len=64. Please request fewer output tokens."),
+    (0, "max_tokens must be at least 1, got 0."),
+    (-1, "max_tokens must be at least 1, got -1."),
+])
+def test_vllm_refuses_max_tokens_over_the_context_or_under_one_as_its_chat_does(max_tokens, message):
+    # vLLM 0.32's completions build the chat's TokenizeParams (max_tokens against max_model_len),
+    # then fit max_tokens to what the prompt leaves; a stub that generated 2**31 tokens instead
+    # held a gateway's slot without end (the fuzz test's raw /api/generate with that num_predict)
+    status, doc, stats, log = post({"model": MODEL, "prompt": "x", "max_tokens": max_tokens}, max_model_len=64)
+    assert status == 400, doc
+    assert doc["error"]["message"].startswith(message) and doc["error"]["param"] == "max_tokens"
+    assert stats["completed"] == 0 and log == ["rejected status=400 seq=1"]
+
+
+def test_vllm_refuses_a_prompt_over_the_context():
+    status, doc, _, _ = post({"model": MODEL, "prompt": "w " * 70, "max_tokens": 1}, max_model_len=64)
+    assert status == 400 and "your prompt contains at least 65 input tokens" in doc["error"]["message"], doc
+
+
+@pytest.mark.parametrize("flavour, max_tokens", [("vllm", 60), ("vllm", None), ("llamacpp", 2**31),
+                                                  ("llamacpp", -1)])
+def test_an_answer_ends_where_the_context_does(flavour, max_tokens):
+    """vLLM fits max_tokens to what the prompt leaves; llama.cpp stops a slot whose context is
+    full: either way the answer is the context less the prompt, finish `length`."""
+    body = {"model": MODEL, "prompt": "a b c d e [stub content=100]", "max_tokens": max_tokens}
+    status, doc, _, _ = post(body, flavour=flavour, max_model_len=64)
+    assert status == 200, doc
+    assert doc["usage"] == {"prompt_tokens": 7, "completion_tokens": 57, "total_tokens": 64}
+    assert doc["choices"][0]["text"] == _pieces(57) and doc["choices"][0]["finish_reason"] == "length"
 
 
 @pytest.mark.parametrize("stop, text, tokens", [
@@ -301,8 +336,8 @@ async def _until(predicate) -> None:
 
 
 @pytest.mark.parametrize("path, body, flavour", [
-    ("/v1/completions", {"model": MODEL, "prompt": "x [stub delay_ms=20]", "max_tokens": 10_000, "stream": True},
-     "vllm"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x [stub delay_ms=20]", "max_tokens": 4_000, "stream": True},
+     "vllm"),  # within the context (4096): vLLM refuses more
     ("/v1/completions", {"model": MODEL, "prompt": "x [stub delay_ms=20]", "max_tokens": 10_000}, "ollama"),
     ("/infill", {**INFILL, "prompt": "[stub delay_ms=20]", "n_predict": 10_000, "stream": True}, "llamacpp"),
 ])
