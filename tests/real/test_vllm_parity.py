@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -31,7 +34,7 @@ from homelab_frontend.request.context_clamp import context_refusal
 from stubproc import start_stub
 from support.vllm_script import END_OF_TURN, WEATHER_TOOL, directive
 from vllmproc import SERVED
-from support.wire_shape import diff, grammar, paths, stream_diff
+from support.wire_shape import diff, grammar, paths, stream_diff, uncoalesced
 
 pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.timeout(900)]  # the first test waits for vLLM
 
@@ -125,6 +128,46 @@ def test_a_stream_has_vllms_shape(stub, vllm, case):
     assert usage == ("stream_options" in extra)
 
 
+def paused_stream(vllm, body: dict, pause_s: float) -> list[dict]:
+    """A stream of the real vLLM whose API server is stopped (SIGSTOP) for `pause_s` once its
+    first chunk is out, while its engine (a process of its own) goes on generating: what a
+    machine too busy to schedule the API server does to it (the full suite at load 16)."""
+    parts = urlsplit(vllm.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=300)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        first = resp.read1()
+        assert b'"role"' in first, first  # the opening chunk: the request is in the engine
+        os.kill(vllm.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(pause_s)
+        finally:
+            os.kill(vllm.proc.pid, signal.SIGCONT)
+        return chunks_of(first + resp.read())
+    finally:
+        conn.close()
+
+
+def test_a_stream_vllm_coalesced_has_the_stubs_shape_once_split(stub, vllm):
+    """vLLM's API server merges the deltas its engine made while the server was not scheduled
+    (RequestOutputCollector), and puts them on the finishing chunk: the full suite saw
+    ['open', 'reasoning', 'finish', 'usage-only'] for the `reason` script. The comparison splits
+    such a chunk back (wire_shape.uncoalesced); here the real server is made to coalesce."""
+    prompt, extra = STREAMS["reasoning, continuous usage"]
+    body = chat_body(prompt, stream=True, **extra)
+    s_chunks = chunks_of(call(stub.url, "POST", "/v1/chat/completions", body)[2])
+    coalesced = 0
+    for _ in range(5):  # until vLLM's engine made two steps or more during a pause
+        v_chunks = paused_stream(vllm, body, 2.0)
+        assert stream_diff(s_chunks, v_chunks) == []
+        assert finish(v_chunks)["stop_reason"] == END_OF_TURN
+        if len(uncoalesced(v_chunks)) > len(v_chunks):
+            coalesced += 1
+            break
+    assert coalesced, "vLLM never coalesced a paused stream"
+
+
 WHOLE = {name: STREAMS[name] for name in ("reasoning, no usage", "reasoning only", "stop string", "tool call")}
 
 
@@ -180,6 +223,35 @@ def test_max_tokens_past_the_context_is_fitted_not_refused(stub, vllm):
     """vLLM 0.32 fits `max_tokens` to what the prompt leaves of the context (older ones refused)."""
     body = chat_body(f"{directive('long')} [stub reasoning=0 content=2000] " + "word " * 900, max_tokens=1000)
     (s_status, _, s_raw), (v_status, _, v_raw) = both(stub, vllm, "POST", "/v1/chat/completions", body)
+    assert (s_status, v_status) == (200, 200), (s_raw[:300], v_raw[:300])
+    for raw in (s_raw, v_raw):
+        doc = json.loads(raw)
+        assert doc["choices"][0]["finish_reason"] == "length"
+        assert doc["usage"]["prompt_tokens"] + doc["usage"]["completion_tokens"] == vllm.max_model_len
+
+
+# /v1/completions (the gateway's raw and FIM calls): vLLM 0.32 builds the chat's TokenizeParams there too
+COMPLETION_REFUSALS = {
+    "max_tokens over the context": {"model": SERVED, "prompt": "hi", "max_tokens": 2**31},
+    "max_tokens 0": {"model": SERVED, "prompt": "hi", "max_tokens": 0},
+    "prompt over the context": {"model": SERVED, "prompt": LONG, "max_tokens": 5},
+}
+
+
+@pytest.mark.parametrize("case", list(COMPLETION_REFUSALS))
+def test_a_completions_refusal_has_vllms_shape(stub, vllm, case):
+    (s_status, _, s_raw), (v_status, _, v_raw) = both(stub, vllm, "POST", "/v1/completions", COMPLETION_REFUSALS[case])
+    assert s_status == v_status == 400, (s_raw, v_raw[:500])
+    s_err, v_err = _error(s_raw), _error(v_raw)
+    assert diff(paths(s_err), paths(v_err)) == []
+    assert {k: s_err[k] for k in ("type", "param", "code")} == {k: v_err[k] for k in ("type", "param", "code")}
+    if case == "max_tokens over the context":
+        assert s_err["message"] == v_err["message"]
+
+
+def test_completions_max_tokens_past_what_the_prompt_leaves_is_fitted(stub, vllm):
+    body = {"model": SERVED, "prompt": f"{directive('long')} [stub content=2000] " + "word " * 900, "max_tokens": 1000}
+    (s_status, _, s_raw), (v_status, _, v_raw) = both(stub, vllm, "POST", "/v1/completions", body)
     assert (s_status, v_status) == (200, 200), (s_raw[:300], v_raw[:300])
     for raw in (s_raw, v_raw):
         doc = json.loads(raw)
