@@ -189,7 +189,11 @@ def test_a_requested_reasoning_summary_is_answered_as_vllms_own_responses_server
     our_kinds, ours = run(oai, MODEL)
 
     def reasoning_events(kinds):
-        return [k for k in kinds if "reasoning" in k]
+        # a run of deltas counts once: how many deltas carry the text is how far vLLM's API server
+        # fell behind its engine (a busy one merges them: tests/support/wire_shape.uncoalesced), on
+        # either path alike; the text itself is compared whole below
+        events = [k for k in kinds if "reasoning" in k]
+        return [k for i, k in enumerate(events) if not (k.endswith(".delta") and i and events[i - 1] == k)]
 
     assert reasoning_events(our_kinds) == reasoning_events(own_kinds), (our_kinds, own_kinds)
     assert not any("summary" in k for k in our_kinds)
