@@ -38,9 +38,9 @@ def box_config(stub_base: str, models: dict, slots: int = 2) -> dict:
 
 
 def front_config(box1: str, box2: str | None = None, **extra) -> dict:
-    backends = {"box1": {"url": box1, "kind": "peer", "api_key_env": "HLF_PEER_KEY", "health_interval_s": 0.3}}
+    backends = {"box1": {"url": box1, "kind": "peer", "api_key_env": "HLF_PEER_KEY", "health_interval_s": 1.0}}
     if box2 is not None:  # no kind: detected from its models list
-        backends["box2"] = {"url": box2, "api_key_env": "HLF_PEER_KEY", "health_interval_s": 0.3}
+        backends["box2"] = {"url": box2, "api_key_env": "HLF_PEER_KEY", "health_interval_s": 1.0}
     cfg = {"backends": backends,
            "auth": {"keys": [{"name": "alice", "key": ALICE}, {"name": "bob", "key": BOB}],
                     "admin_key_env": "HLF_TEST_ADMIN_KEY"}}

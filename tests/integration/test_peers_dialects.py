@@ -44,7 +44,7 @@ def box(stub):
 
 @pytest.fixture(scope="module")
 def front(box):
-    cfg = {"backends": {"box": {"url": box.base, "api_key_env": "HLF_PEER_KEY", "health_interval_s": 0.3}},
+    cfg = {"backends": {"box": {"url": box.base, "api_key_env": "HLF_PEER_KEY", "health_interval_s": 1.0}},
            "anthropic": {"signing_key_env": "HLF_SIGN"}}
     with Gateway(cfg, env=ENV) as g:
         wait_for(lambda: g.get("/llm/v1/models")[1]["data"], 15, 0.05)

@@ -37,7 +37,7 @@ def box_config(backend: dict, **extra) -> dict:
 
 
 def peer(url: str, **extra) -> dict:
-    return {"url": url, "kind": "peer", "api_key_env": "HLF_PEER_KEY", "health_interval_s": 0.2, **extra}
+    return {"url": url, "kind": "peer", "api_key_env": "HLF_PEER_KEY", "health_interval_s": 1.0, **extra}
 
 
 def backends(gw) -> dict[str, dict]:
