@@ -23,7 +23,7 @@ from homelab_frontend.surfaces.anthropic.stream import AnthropicStreamEncoder
 from homelab_frontend.surfaces.ollama.stream import NdjsonEncoder
 from homelab_frontend.surfaces.gemini.stream import GeminiStreamEncoder
 from homelab_frontend.surfaces.responses.request import parse_request as parse_responses
-from homelab_frontend.surfaces.responses.response import base_response
+from homelab_frontend.surfaces.responses.assemble import base_response
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
 from homelab_frontend.surfaces.responses.stream import ResponsesStreamEncoder
 from homelab_frontend.surfaces.usage import UsageFold

@@ -122,7 +122,7 @@ class Run(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
-    """How managed backends share `resources` (lifecycle/policy.py)."""
+    """How managed backends share `resources` (lifecycle/swap_policy.py)."""
 
     policy: Literal["batch", "fifo"] = "batch"
     """`batch`: serve what is queued for a running backend before swapping it out, but swap at the latest

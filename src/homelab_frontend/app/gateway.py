@@ -29,7 +29,7 @@ from ..policy.auth import Auth, Principal
 from ..policy.forwarded import HEADERS, Forwarding
 from ..policy.routing import BackendState, PeerLink, Router
 from ..request.tracker import Tracked, Tracker
-from ..surfaces.responses.state import State as ResponsesState
+from ..surfaces.responses.state import ResponsesState
 from ..surfaces.signature import ThinkingSigner
 from ..tracing import otel
 from ..upstream import backend_kind

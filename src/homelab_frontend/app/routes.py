@@ -17,7 +17,7 @@ from ..surfaces.openai import handler as openai_surface
 from ..surfaces.responses import handler as responses_surface
 from .connguard import ConnectionGuard
 from .gateway import GATEWAY, Gateway
-from .lifecycle import surface
+from .request_scope import surface
 
 
 async def healthz(request: web.Request) -> web.Response:

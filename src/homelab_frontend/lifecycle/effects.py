@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from ..errors import GatewayError, clean_message
 from .logring import LogRing
 from .machine import Event
-from .policy import State
+from .swap_policy import UnitState
 from .process import describe_status
 from .unit import Managed, Process
 
@@ -45,12 +45,12 @@ class Effects:
 
     def kick(self) -> None: ...
 
-    async def _start(self, u: Managed, was: State) -> None:
+    async def _start(self, u: Managed, was: UnitState) -> None:
         t0 = time.monotonic()
         u.error = None
         outcome, err = "ok", None
         try:
-            if was is State.SLEEPING and not u.stale and u.child is not None and u.child.running:
+            if was is UnitState.SLEEPING and not u.stale and u.child is not None and u.child.running:
                 outcome, err = await self._wake(u)
             else:
                 outcome, err = await self._spawn(u)
@@ -176,7 +176,7 @@ class Effects:
                     child.kill()
             u.advance(Event.EXITED)
         finally:
-            u.goal = u.goal.stopped() if u.state is State.STOPPED else u.goal.wanted()
+            u.goal = u.goal.stopped() if u.state is UnitState.STOPPED else u.goal.wanted()
             u.effect = None
             self.kick()
 
@@ -190,7 +190,7 @@ class Effects:
     def watch_exits(self) -> None:
         """Notice a server that exits on its own while ready, draining or asleep (a crash, a kill -9)."""
         for u in self.units.values():
-            if (u.effect is None and u.state in (State.READY, State.DRAINING, State.SLEEPING)
+            if (u.effect is None and u.state in (UnitState.READY, UnitState.DRAINING, UnitState.SLEEPING)
                     and u.child is not None and not u.child.running):
                 u.last_exit = u.child.exited.result()
                 u.error = f"backend {u.name!r} exited while {u.state.value}: {describe_status(u.last_exit)}"

@@ -1,7 +1,7 @@
 """The fleet of managed backends: the policy's decisions performed, and what the operator sees.
 
 One `Fleet` per gateway. It keeps a `Managed` record per backend with `run:` (unit.py), and one
-task that loops: snapshot every unit for `policy.decide`, perform its actions, let the queues
+task that loops: snapshot every unit for `swap_policy.decide`, perform its actions, let the queues
 admit what the policy admits, sleep until the next event (a request waiting, leaving or ending; a
 server ready or exited) or the moment the plan said the answer could change by itself. Every
 effect (a spawn, a stop, a probe, a sleep: effects.py) runs in a task of its own and kicks the
@@ -32,12 +32,12 @@ from typing import Any, Callable
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
-from . import policy
+from . import swap_policy
 from .effects import START_BUCKETS, Effects, Spawner, spawn_child
 from .following import Following
 from .machine import BUSY, Event
 from .operator import OperatorApi
-from .policy import State
+from .swap_policy import UnitState
 from .probe import Prober
 from .reload import reconcile
 from .unit import Door, Managed
@@ -57,7 +57,7 @@ class Fleet(Effects, OperatorApi, Following):
         self.prober = prober if prober is not None else Prober()
         # the gateway's hook on every state change: it probes a backend that became ready at once
         # (kind, context lengths) and never counts one that is not running by design as down
-        self.on_change: Callable[[str, State], None] | None = None
+        self.on_change: Callable[[str, UnitState], None] | None = None
         self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
@@ -86,14 +86,14 @@ class Fleet(Effects, OperatorApi, Following):
         u.pool = pool
         if not isinstance(pool.queue.gate, Door):
             pool.queue.gate = Door(self, name)
-        pool.queue.set_loading(u.state is State.STARTING)
+        pool.queue.set_loading(u.state is UnitState.STARTING)
 
     @property
     def load_wait_s(self) -> dict[str, float]:
         """Seconds requests spent waiting for each backend to load (metrics)."""
         return {name: u.pool.queue.load_wait_s for name, u in self.units.items() if u.pool is not None}
 
-    def _changed(self, name: str, state: State) -> None:
+    def _changed(self, name: str, state: UnitState) -> None:
         if self.on_change is not None:
             self.on_change(name, state)
 
@@ -103,14 +103,14 @@ class Fleet(Effects, OperatorApi, Following):
 
     def ready(self, name: str) -> bool:
         u = self.units.get(name)
-        return u is not None and u.state is State.READY
+        return u is not None and u.state is UnitState.READY
 
     def unavailable(self, name: str) -> str | None:
         """Why a managed backend can serve nothing now, or None. A stopped (or sleeping) one is
         available: a request starts it. One whose start failed (`failed`: backing off, then tried
         again only when a request asks) is not, and says why (what its 503s say)."""
         u = self.units.get(name)
-        if u is None or u.removed or u.state is not State.FAILED:
+        if u is None or u.removed or u.state is not UnitState.FAILED:
             return None
         return u.error or (u.remote or {}).get("error") or f"backend {name!r} failed to start"
 
@@ -125,7 +125,7 @@ class Fleet(Effects, OperatorApi, Following):
         if u is None:
             return True
         views = [m.view() for m in self.units.values()] if self.policy == "fifo" else ()
-        return policy.admits(u.view(), views, self.policy)
+        return swap_policy.admits(u.view(), views, self.policy)
 
     def load_eta_s(self, name: str) -> float:
         """How long until `name` admits, as far as its starts tell: its last start's time (its
@@ -134,7 +134,7 @@ class Fleet(Effects, OperatorApi, Following):
         if u is None:
             return 0.0
         usual = u.last_start_s if u.last_start_s is not None else u.run.start_timeout_s
-        if u.state is State.STARTING:
+        if u.state is UnitState.STARTING:
             return max(0.0, usual - (time.time() - u.since))
         return usual
 
@@ -142,12 +142,12 @@ class Fleet(Effects, OperatorApi, Following):
         u = self.units.get(name)
         if u is None:
             return None
-        if u.remote is not None and u.state is State.FAILED and u.remote.get("retry_in_s"):
+        if u.remote is not None and u.state is UnitState.FAILED and u.remote.get("retry_in_s"):
             return GatewayError("backend_down", u.remote.get("error") or f"backend {name!r} failed to start",
                                 status=503, retry_after=max(1.0, float(u.remote["retry_in_s"])))
         if u.removed:
             return GatewayError("backend_down", f"backend {name!r} was removed from the config", retry_after=5)
-        if u.state is State.FAILED and u.retry_at is not None:
+        if u.state is UnitState.FAILED and u.retry_at is not None:
             left = u.retry_at - time.monotonic()
             if left > 0:
                 return GatewayError("backend_down", u.error or f"backend {name!r} failed to start",
@@ -194,9 +194,9 @@ class Fleet(Effects, OperatorApi, Following):
         for name, u in list(self.units.items()):
             if u.state in BUSY:
                 continue
-            if u.state is State.SLEEPING and u.stale:  # a sleeping process of a changed or removed backend
+            if u.state is UnitState.SLEEPING and u.stale:  # a sleeping process of a changed or removed backend
                 self._effect(u, Event.STOP, self._stop(u, "reload"))
-            elif u.removed and u.state not in policy.HOLDING:
+            elif u.removed and u.state not in swap_policy.HOLDING:
                 del self.units[name]
                 if u.pool is not None:
                     u.pool.queue.fail_all(GatewayError("backend_down", f"backend {name!r} was removed from the config"))
@@ -206,7 +206,7 @@ class Fleet(Effects, OperatorApi, Following):
         wants = self.coord.remote_wants if self.coord is not None else {}
         used = self.coord.remote_used if self.coord is not None else {}
         views = [u.view(wants.get(u.name), used.get(u.name, 0.0)) for u in self.units.values()]
-        plan = policy.decide(views, self.resources, now, policy=self.policy, swap_after_s=self.swap_after_s)
+        plan = swap_policy.decide(views, self.resources, now, policy=self.policy, swap_after_s=self.swap_after_s)
         for a in plan.actions:
             self._perform(a)
         self._grant()
@@ -217,22 +217,22 @@ class Fleet(Effects, OperatorApi, Following):
             if u.pool is not None:
                 u.pool.grant()
 
-    def _perform(self, a: policy.Action) -> None:
+    def _perform(self, a: swap_policy.Action) -> None:
         u = self.units[a.name]
-        if isinstance(a, policy.Start):
+        if isinstance(a, swap_policy.Start):
             if u.state in BUSY or u.removed:
                 return
             u.wanted_at = None
             was = u.state
             # at once: the next round must see it holding its resources
             self._effect(u, Event.START, self._start(u, was))
-        elif isinstance(a, policy.Drain):
-            if u.state is State.READY:
+        elif isinstance(a, swap_policy.Drain):
+            if u.state is UnitState.READY:
                 u.advance(Event.DRAIN)
-        elif isinstance(a, policy.Undrain):
-            if u.state is State.DRAINING:
+        elif isinstance(a, swap_policy.Undrain):
+            if u.state is UnitState.DRAINING:
                 u.advance(Event.UNDRAIN)
-        elif isinstance(a, policy.Stop):
+        elif isinstance(a, swap_policy.Stop):
             if u.state in BUSY or (u.pool is not None and u.pool.in_use):
                 return
             if a.reason == "evict":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from .machine import Event
-from .policy import State
+from .swap_policy import UnitState
 from .unit import Managed
 
 
@@ -23,9 +23,9 @@ class Following:
             doc = states.get(name)
             u.remote = doc if isinstance(doc, dict) else {}
             try:
-                state = State(u.remote.get("state", "stopped"))
+                state = UnitState(u.remote.get("state", "stopped"))
             except ValueError:
-                state = State.STOPPED
+                state = UnitState.STOPPED
             u.follow(state)
         self.kick()
 

@@ -1,6 +1,6 @@
 """A managed backend's life as a table: (state, event) -> state. Pure, no clock, no process.
 
-The seven states are the policy's (policy.State). The fleet moves a unit only through `advance`,
+The seven states are the policy's (swap_policy.UnitState). The fleet moves a unit only through `advance`,
 which looks the move up here and raises `IllegalMove` for one the table does not hold, so a
 wrong move is a loud bug where it happens, not a unit in a state nothing expects. The table is
 the whole life cycle, read as h11's `_state.py` reads HTTP's:
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .policy import State
+from .swap_policy import UnitState
 
 
 class Event(str, Enum):
@@ -44,8 +44,8 @@ class Event(str, Enum):
     TAKEOVER = "takeover"
 
 
-S, E = State, Event
-TRANSITIONS: dict[tuple[State, Event], State] = {
+S, E = UnitState, Event
+TRANSITIONS: dict[tuple[UnitState, Event], UnitState] = {
     (S.STOPPED, E.START): S.STARTING,
     (S.FAILED, E.START): S.STARTING,
     (S.SLEEPING, E.START): S.STARTING,
@@ -61,21 +61,21 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.READY, E.EXITED): S.STOPPED,
     (S.DRAINING, E.EXITED): S.STOPPED,
     (S.SLEEPING, E.EXITED): S.STOPPED,
-    **{(s, E.ABANDON): S.STOPPED for s in State},
-    **{(s, E.TAKEOVER): S.STOPPED for s in State},
+    **{(s, E.ABANDON): S.STOPPED for s in UnitState},
+    **{(s, E.TAKEOVER): S.STOPPED for s in UnitState},
 }
 
 # An effect (a task of the fleet's) is in flight exactly in these states.
-BUSY = frozenset({State.STARTING, State.STOPPING})
+BUSY = frozenset({UnitState.STARTING, UnitState.STOPPING})
 
 
 class IllegalMove(RuntimeError):
-    def __init__(self, name: str, state: State, event: Event) -> None:
+    def __init__(self, name: str, state: UnitState, event: Event) -> None:
         super().__init__(f"backend {name!r}: no move {event.value!r} from {state.value!r}")
         self.state, self.event = state, event
 
 
-def next_state(name: str, state: State, event: Event) -> State:
+def next_state(name: str, state: UnitState, event: Event) -> UnitState:
     try:
         return TRANSITIONS[(state, event)]
     except KeyError:

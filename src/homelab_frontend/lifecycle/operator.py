@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import policy
+from . import swap_policy
 from .keep_alive import Forever, unloads
-from .policy import State
+from .swap_policy import UnitState
 from .unit import Managed
 
 
@@ -23,9 +23,9 @@ class OperatorApi:
     def want(self, name: str) -> dict:
         u = self.units[name]
         u.goal = u.goal.wanted()
-        if u.state is State.FAILED:
+        if u.state is UnitState.FAILED:
             u.retry_at = None  # the operator asks for a try now
-        if u.state is not State.READY:
+        if u.state is not UnitState.READY:
             u.wanted_at = time.monotonic()
         self.kick()
         return u.as_dict()
@@ -33,7 +33,7 @@ class OperatorApi:
     def unwant(self, name: str) -> dict:
         u = self.units[name]
         u.wanted_at = None
-        if u.state in policy.HOLDING:
+        if u.state in swap_policy.HOLDING:
             u.goal = u.goal.unwanted()
         self.kick()
         return u.as_dict()

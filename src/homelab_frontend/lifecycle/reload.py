@@ -12,16 +12,16 @@ import time
 from typing import Callable
 
 from .. import config as cfgmod
-from . import policy
+from . import swap_policy
 from .machine import Goal
-from .policy import State
+from .swap_policy import UnitState
 from .unit import Managed
 
 log = logging.getLogger("homelab_frontend.lifecycle")
 
 
 def reconcile(units: dict[str, Managed], cfg: cfgmod.Config,
-              on_change: Callable[[str, State], None]) -> None:
+              on_change: Callable[[str, UnitState], None]) -> None:
     for name, b in cfg.backends.items():
         if b.run is None:
             continue
@@ -34,7 +34,7 @@ def reconcile(units: dict[str, Managed], cfg: cfgmod.Config,
         if u.goal is Goal.REMOVE:  # back in the config before it was forgotten: a new process
             u.goal = Goal.REPLACE
         if b.run != u.cfg.run or b.url != u.cfg.url:
-            if u.state in policy.HOLDING or u.state is State.SLEEPING:
+            if u.state in swap_policy.HOLDING or u.state is UnitState.SLEEPING:
                 log.info("backend %s: run changed: restarting once its requests are done", name)
                 u.goal = Goal.REPLACE  # drains, stops; starts again with the new cmd when asked
             u.failures, u.retry_at = 0, None

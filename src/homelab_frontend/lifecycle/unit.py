@@ -15,11 +15,11 @@ from typing import Callable, Protocol
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
-from . import policy
+from . import swap_policy
 from .keep_alive import Forever, idle_ttl
 from .logring import LogRing
 from .machine import Event, Goal, next_state
-from .policy import State
+from .swap_policy import UnitState
 from .process import describe_status
 
 log = logging.getLogger("homelab_frontend.lifecycle")
@@ -44,11 +44,11 @@ class Process(Protocol):
 class Managed:
     """One managed backend's live record."""
 
-    def __init__(self, name: str, cfg: cfgmod.Backend, on_change: Callable[[str, State], None] | None = None) -> None:
+    def __init__(self, name: str, cfg: cfgmod.Backend, on_change: Callable[[str, UnitState], None] | None = None) -> None:
         self.name = name
         self.on_change = on_change
         self.cfg = cfg
-        self.state = State.STOPPED
+        self.state = UnitState.STOPPED
         self.since = time.time()
         self.goal = Goal.KEEP  # what should become of its process (machine.Goal)
         self.pool: SlotStore | None = None  # the backend's slot pool; its queue's gate is a Door
@@ -83,26 +83,26 @@ class Managed:
     def removed(self) -> bool:
         return self.goal is Goal.REMOVE
 
-    def advance(self, event: Event) -> State:
+    def advance(self, event: Event) -> UnitState:
         """Apply `event` (machine.TRANSITIONS); raises machine.IllegalMove for a move it lacks."""
         self._become(next_state(self.name, self.state, event))
         return self.state
 
-    def follow(self, state: State) -> None:
+    def follow(self, state: UnitState) -> None:
         """A follower: the leader's published state, taken as it is (no move of ours)."""
         self._become(state)
 
-    def _become(self, state: State) -> None:
+    def _become(self, state: UnitState) -> None:
         if state is not self.state:
             log.info("backend %s: %s -> %s", self.name, self.state.value, state.value)
             self.state, self.since = state, time.time()
             self.log.mark(f"-- gateway: {state.value}")
             if self.pool is not None:
-                self.pool.queue.set_loading(state is State.STARTING)
+                self.pool.queue.set_loading(state is UnitState.STARTING)
             if self.on_change is not None:
                 self.on_change(self.name, state)
 
-    def view(self, remote_want: tuple[int, float | None] | None = None, remote_used: float = 0.0) -> policy.Unit:
+    def view(self, remote_want: tuple[int, float | None] | None = None, remote_used: float = 0.0) -> swap_policy.Unit:
         pool = self.pool
         waiting = pool.queue.queued if pool is not None else 0
         oldest = pool.queue.oldest_wait() if pool is not None else None
@@ -111,7 +111,7 @@ class Managed:
             oldest = remote_want[1] if oldest is None else min(oldest, remote_want[1])
         if self.wanted_at is not None:
             oldest = self.wanted_at if oldest is None else min(oldest, self.wanted_at)
-        return policy.Unit(
+        return swap_policy.Unit(
             name=self.name, state=self.state, uses=self.run.uses,
             held=pool.in_use if pool is not None else 0, waiting=waiting, oldest_wait=oldest,
             last_used=max(self.last_used, remote_used), idle_ttl_s=self.idle_ttl_s, retry_at=self.retry_at,

@@ -421,7 +421,7 @@ def _lifecycle_families(fleet):
     """Managed backends (lifecycle/fleet.py): their state now, and their starts and swaps so far.
     The fleet keeps the counts (it is below ops in the layers); they are read here at scrape time."""
     from ..lifecycle.fleet import START_BUCKETS
-    from ..lifecycle.policy import State
+    from ..lifecycle.swap_policy import UnitState
 
     state = GaugeMetricFamily("hlf_backend_state", "1 for the state a managed backend is in now.",
                               labels=["backend", "state"])
@@ -436,7 +436,7 @@ def _lifecycle_families(fleet):
     loading = CounterMetricFamily("hlf_backend_load_wait_seconds", "Seconds requests spent waiting for their "
                                   "backend to start (phase loading), summed.", labels=["backend"])
     for name, u in list(fleet.units.items()):
-        for s in State:
+        for s in UnitState:
             state.add_metric([name, s.value], 1 if u.state is s else 0)
         for outcome in ("ok", "exit", "timeout", "port_in_use", "error"):
             starts.add_metric([name, outcome], fleet.starts.get((name, outcome), 0))

@@ -15,7 +15,7 @@ from ..policy.auth import Auth, Principal
 from ..policy.routing import BackendState, Router
 from ..request.tracker import Tracked, Tracker
 from ..upstream.client import UpstreamClient
-from .responses.state import State as ResponsesState
+from .responses.state import ResponsesState
 from .signature import ThinkingSigner
 
 T = TypeVar("T")

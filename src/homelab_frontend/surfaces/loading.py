@@ -29,7 +29,7 @@ reasoning item is stored and sent back by Codex) and Gemini (a thought part is t
 no visible note.
 
 A failure once the headers have gone out (the server failed to start, the queue timed out) can no
-longer be an HTTP status: it is the dialect's in-stream error frame, written by app/lifecycle.py
+longer be an HTTP status: it is the dialect's in-stream error frame, written by app/request_scope.py
 through the `Early` this module leaves on the request. Only a request that waits for a *load*
 gets early headers; one that waits for a busy backend's slot is refused with a status as before.
 """

@@ -46,7 +46,7 @@ What a dialect supplies (all pure, unit tested without sockets):
   dialect's own parsed form that becomes one, like Responses' `ParsedRequest`);
 * a `Turn` subclass for one request: `req`, `encoder()` (a `StreamEncoder`), `whole()`, and the
   optional hooks below with their defaults;
-* its error renderer (`surfaces/<dialect>/errors.py`, registered in app/lifecycle.py).
+* its error renderer (`surfaces/<dialect>/errors.py`, registered in app/request_scope.py).
 """
 
 from __future__ import annotations

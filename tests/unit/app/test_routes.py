@@ -1,4 +1,4 @@
-"""The gateway's routes and per-request lifecycle (app/routes.py, app/lifecycle.py) in process:
+"""The gateway's routes and per-request lifecycle (app/routes.py, app/request_scope.py) in process:
 the app served on a free loopback port in front of an in-process vLLM-flavoured stub, every
 surface reached through its route, errors in each dialect's shape, a client leaving judged by the
 stub's own count of cancelled generations."""

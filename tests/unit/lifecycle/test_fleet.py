@@ -17,7 +17,7 @@ from homelab_frontend.admission.slots import SlotPool
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.lifecycle.fleet import Fleet
 from homelab_frontend.lifecycle.machine import Event, IllegalMove
-from homelab_frontend.lifecycle.policy import HOLDING, State
+from homelab_frontend.lifecycle.swap_policy import HOLDING, UnitState
 
 
 class FakeChild:
@@ -126,11 +126,11 @@ def test_a_request_starts_its_backend_waits_through_the_load_then_holds_a_slot()
         rec = Rec("r1")
         lease = await asyncio.wait_for(pools["a"].acquire("k", 0, rec), 5)
         u = fleet.units["a"]
-        assert u.state is State.READY and spawner.live() == ["a"] and lease.holder is rec
+        assert u.state is UnitState.READY and spawner.live() == ["a"] and lease.holder is rec
         assert rec.load_wait >= 0.25 and fleet.load_wait_s["a"] >= 0.25
         pools["a"].release(lease, 0.1)
         await fleet.close()
-        assert spawner.live() == [] and u.state is State.STOPPED
+        assert spawner.live() == [] and u.state is UnitState.STOPPED
     asyncio.run(go())
 
 
@@ -141,7 +141,7 @@ def test_a_failed_start_answers_its_waiters_and_backs_off():
         with pytest.raises(GatewayError) as ei:
             await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
         assert ei.value.status == 503 and "failed to start" in ei.value.message
-        assert fleet.units["a"].state is State.FAILED
+        assert fleet.units["a"].state is UnitState.FAILED
         with pytest.raises(GatewayError) as again:  # the back-off: refused at once, not queued
             await pools["a"].acquire()
         assert again.value.retry_after >= 1 and pools["a"].queued == 0
@@ -153,7 +153,7 @@ def test_only_a_failed_start_makes_a_managed_backend_unavailable():
     """What /readyz asks: stopped is available (a request starts it), failed is not, with why."""
     async def go():
         fleet, spawner, prober, pools = await fleet_of("a")
-        assert fleet.units["a"].state is State.STOPPED and fleet.unavailable("a") is None
+        assert fleet.units["a"].state is UnitState.STOPPED and fleet.unavailable("a") is None
         assert fleet.unavailable("not-managed") is None
         spawner.exit_at_start = 1
         with pytest.raises(GatewayError) as ei:
@@ -162,7 +162,7 @@ def test_only_a_failed_start_makes_a_managed_backend_unavailable():
         spawner.exit_at_start = None
         fleet.units["a"].retry_at = None  # the back-off over: the next request tries again
         lease = await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r2")), 5)
-        assert fleet.units["a"].state is State.READY and fleet.unavailable("a") is None
+        assert fleet.units["a"].state is UnitState.READY and fleet.unavailable("a") is None
         pools["a"].release(lease, 0.1)
         await fleet.close()
     asyncio.run(go())
@@ -179,7 +179,7 @@ def test_a_taken_address_fails_the_start_without_spawning_and_names_it():
         msg = ei.value.message
         assert ei.value.status == 503 and "already answers" in msg
         assert "not from a server the gateway started" in msg and "next try in" in msg
-        assert spawner.children == {} and fleet.units["a"].state is State.FAILED
+        assert spawner.children == {} and fleet.units["a"].state is UnitState.FAILED
         assert fleet.starts[("a", "port_in_use")] == 1
         assert "waiting for it to be free" in "\n".join(fleet.units["a"].log.tail(5))
         await fleet.close()
@@ -194,7 +194,7 @@ def test_an_address_freed_within_the_start_timeout_is_waited_for():
         prober.taken_for = 3
         lease = await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
         assert prober.asked == 4 and len(spawner.children["a"]) == 1
-        assert fleet.units["a"].state is State.READY and fleet.starts[("a", "ok")] == 1
+        assert fleet.units["a"].state is UnitState.READY and fleet.starts[("a", "ok")] == 1
         pools["a"].release(lease, 0.1)
         await fleet.close()
     asyncio.run(go())
@@ -228,7 +228,7 @@ def test_a_bug_after_the_spawn_stops_the_process_it_started():
         with pytest.raises(GatewayError) as ei:
             await asyncio.wait_for(pools["a"].acquire("k", 0, Rec("r")), 5)
         assert "internal error" in ei.value.message
-        assert fleet.units["a"].state is State.FAILED
+        assert fleet.units["a"].state is UnitState.FAILED
         child = spawner.children["a"][0]
         assert not child.running and child.stops == 1
         await fleet.close()
@@ -247,10 +247,10 @@ def test_a_bug_while_stopping_kills_the_tree_and_the_unit_does_not_stay_stopping
             raise RuntimeError("stop bug")
         child.stop = broken
         for _ in range(500):
-            if fleet.units["a"].state is State.STOPPED:
+            if fleet.units["a"].state is UnitState.STOPPED:
                 break
             await asyncio.sleep(0.01)
-        assert fleet.units["a"].state is State.STOPPED
+        assert fleet.units["a"].state is UnitState.STOPPED
         assert not child.running and child.exited.result() == -9
         await fleet.close()
     asyncio.run(go())
@@ -263,10 +263,10 @@ def test_a_crash_while_ready_is_noticed_and_the_next_request_starts_it_again():
         first = spawner.children["a"][0]
         first.die(-9)
         for _ in range(100):
-            if fleet.units["a"].state is State.STOPPED:
+            if fleet.units["a"].state is UnitState.STOPPED:
                 break
             await asyncio.sleep(0.01)
-        assert fleet.units["a"].state is State.STOPPED and "exited while ready" in fleet.units["a"].error
+        assert fleet.units["a"].state is UnitState.STOPPED and "exited while ready" in fleet.units["a"].error
         pools["a"].release(await asyncio.wait_for(pools["a"].acquire(), 5))
         assert len(spawner.children["a"]) == 2 and spawner.children["a"][1].running
         await fleet.close()
@@ -279,7 +279,7 @@ def test_illegal_moves_raise():
         u = fleet.units["a"]
         with pytest.raises(IllegalMove):
             u.advance(Event.UP)  # never started
-        assert u.state is State.STOPPED
+        assert u.state is UnitState.STOPPED
         await fleet.close()
     asyncio.run(go())
 
@@ -299,7 +299,7 @@ def test_two_backends_one_gpu_serve_everyone_never_both_running_never_stopped_un
             if len(holding) > 1:
                 violations.append(f"both hold: {holding}")
             for n, u in fleet.units.items():
-                if pools[n].in_use and u.state not in (State.READY, State.DRAINING):
+                if pools[n].in_use and u.state not in (UnitState.READY, UnitState.DRAINING):
                     violations.append(f"{n} {u.state.value} with a slot held")
             if len(spawner.live()) > 1:
                 violations.append(f"two processes: {spawner.live()}")

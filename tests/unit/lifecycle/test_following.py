@@ -8,7 +8,7 @@ import asyncio
 
 from homelab_frontend.lifecycle.following import Following
 from homelab_frontend.lifecycle.machine import Event, Goal
-from homelab_frontend.lifecycle.policy import State
+from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.unit import Managed
 
 from support.managed_config import config
@@ -28,11 +28,11 @@ class _Fleet(Following):
 def test_a_follower_mirrors_the_leaders_states_and_reads_nonsense_as_stopped():
     f = _Fleet()
     f.mirror({"a": {"state": "ready", "pid": 7}, "b": {"state": "exploded"}})
-    assert f.units["a"].state is State.READY and f.units["a"].as_dict()["pid"] == 7
-    assert f.units["b"].state is State.STOPPED
+    assert f.units["a"].state is UnitState.READY and f.units["a"].as_dict()["pid"] == 7
+    assert f.units["b"].state is UnitState.STOPPED
     f.mirror({"a": "not a record"})  # and a backend the leader does not mention
-    assert f.units["a"].state is State.STOPPED and f.units["a"].remote == {}
-    assert f.units["b"].state is State.STOPPED
+    assert f.units["a"].state is UnitState.STOPPED and f.units["a"].remote == {}
+    assert f.units["b"].state is UnitState.STOPPED
     assert f.kicks == 2
 
 
@@ -40,7 +40,7 @@ def test_a_new_leader_starts_from_stopped_and_wants_its_preloads():
     f = _Fleet()
     f.mirror({"a": {"state": "ready"}, "b": {"state": "sleeping"}})
     f.became_leader()
-    assert all(u.state is State.STOPPED and u.remote is None for u in f.units.values())
+    assert all(u.state is UnitState.STOPPED and u.remote is None for u in f.units.values())
     assert f.units["a"].wanted_at is not None and f.units["b"].wanted_at is None
 
 
@@ -70,5 +70,5 @@ def test_a_replica_that_loses_the_lease_kills_its_servers_and_cancels_their_effe
 
     f, a, effect = asyncio.run(main())
     assert effect.cancelled() and a.effect is None and a.child.killed
-    assert a.state is State.STOPPED and a.goal is Goal.KEEP  # nothing left to stop
+    assert a.state is UnitState.STOPPED and a.goal is Goal.KEEP  # nothing left to stop
     assert f.units["b"].goal is Goal.REMOVE  # still to be forgotten

@@ -11,7 +11,7 @@ import pytest
 from homelab_frontend.lifecycle.keep_alive import FOREVER
 from homelab_frontend.lifecycle.machine import Event, Goal
 from homelab_frontend.lifecycle.operator import OperatorApi
-from homelab_frontend.lifecycle.policy import State
+from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.unit import Managed
 
 from support.managed_config import config
@@ -52,7 +52,7 @@ def test_a_start_of_a_ready_backend_asks_nothing_more():
 def test_a_start_of_a_failed_backend_is_tried_now_not_after_its_backoff():
     f = _Fleet()
     u = _at(f, "a", Event.START, Event.FAIL)
-    assert u.state is State.FAILED
+    assert u.state is UnitState.FAILED
     u.retry_at = 1e12
     f.want("a")
     assert u.retry_at is None and u.wanted_at is not None

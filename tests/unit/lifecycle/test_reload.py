@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from homelab_frontend.lifecycle.machine import Event, Goal
-from homelab_frontend.lifecycle.policy import State
+from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.reload import reconcile
 from homelab_frontend.lifecycle.unit import Managed
 
@@ -26,7 +26,7 @@ def test_new_managed_backends_get_a_record_and_only_preloads_are_wanted():
     _reconciled(units, config(a={"preload": True}, b={}, plain=None))
     assert set(units) == {"a", "b"}  # a plain URL is no managed backend
     assert units["a"].wanted_at is not None and units["b"].wanted_at is None
-    assert units["a"].state is State.STOPPED
+    assert units["a"].state is UnitState.STOPPED
 
 
 def _running(cfg, *events) -> dict[str, Managed]:

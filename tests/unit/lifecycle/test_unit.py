@@ -15,7 +15,7 @@ from homelab_frontend.admission.slots import SlotPool
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.lifecycle.keep_alive import FOREVER
 from homelab_frontend.lifecycle.machine import Event, IllegalMove
-from homelab_frontend.lifecycle.policy import State
+from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.unit import Door, Managed
 
 CFG = cfgmod.parse({"backends": {"b": {"url": "http://127.0.0.1:9/b/v1", "slots": 2,
@@ -30,11 +30,11 @@ def _unit(changes: list | None = None) -> Managed:
 def test_a_record_moves_through_the_table_and_tells_each_change_once():
     changes: list = []
     u = _unit(changes)
-    assert u.state is State.STOPPED
-    assert u.advance(Event.START) is State.STARTING
-    assert u.advance(Event.UP) is State.READY
-    u.follow(State.READY)  # no change, nothing told
-    assert changes == [("b", State.STARTING), ("b", State.READY)]
+    assert u.state is UnitState.STOPPED
+    assert u.advance(Event.START) is UnitState.STARTING
+    assert u.advance(Event.UP) is UnitState.READY
+    u.follow(UnitState.READY)  # no change, nothing told
+    assert changes == [("b", UnitState.STARTING), ("b", UnitState.READY)]
     assert list(u.log.lines) == ["-- gateway: starting", "-- gateway: ready"]  # the operator sees each in its log
 
 
@@ -43,13 +43,13 @@ def test_an_illegal_move_raises_and_leaves_the_record_as_it_was():
     u = _unit(changes)
     with pytest.raises(IllegalMove):
         u.advance(Event.UP)  # stopped cannot become ready without a start
-    assert u.state is State.STOPPED and changes == []
+    assert u.state is UnitState.STOPPED and changes == []
 
 
 def test_a_follower_takes_the_leaders_state_without_a_move_of_its_own():
     u = _unit()
-    u.follow(State.SLEEPING)  # no single move from stopped: the leader's word all the same
-    assert u.state is State.SLEEPING
+    u.follow(UnitState.SLEEPING)  # no single move from stopped: the leader's word all the same
+    assert u.state is UnitState.SLEEPING
 
 
 def test_the_queues_loading_clock_runs_only_while_the_server_starts():
@@ -94,7 +94,7 @@ def test_the_policys_view_merges_other_replicas_demand_and_an_operators_start():
 def test_a_followers_record_is_the_leaders_with_its_own_state_and_queue():
     u = _unit()
     u.remote = {"pid": 4242, "error": None, "state": "stale", "name": "other"}
-    u.follow(State.READY)
+    u.follow(UnitState.READY)
     d = u.as_dict()
     assert d["pid"] == 4242 and d["state"] == "ready" and d["name"] == "b" and d["managed"] is True
 

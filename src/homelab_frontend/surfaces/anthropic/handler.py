@@ -23,7 +23,7 @@ from ..context import Gateway
 from ..count_tokens import prompt_tokens
 from ..skeleton import Inbound, StreamEncoder, Turn, answer, exchange, inbound
 from .request import parse_request
-from .response import MessageAssembler, new_message_id
+from .assemble import MessageAssembler, new_message_id
 from .stream import AnthropicStreamEncoder
 
 

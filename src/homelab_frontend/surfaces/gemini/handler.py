@@ -39,7 +39,7 @@ from ..fields import invalid
 from ..skeleton import SSE_HEADERS, StreamEncoder, Turn, answer, exchange, inbound
 from .models import count_request, embed_inputs, model_entry, model_name
 from .request import parse_body, parse_request, request_from
-from .response import ResponseAssembler
+from .assemble import ResponseAssembler
 from .rules import new_response_id
 from .stream import Framing, GeminiStreamEncoder
 

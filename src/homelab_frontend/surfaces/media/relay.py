@@ -387,7 +387,7 @@ async def _stream(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, r
         if request.transport is None or request.transport.is_closing():
             raise asyncio.CancelledError() from None  # it was the client's side that went
         # the backend broke off: the client's answer is cut short, which only a cut connection
-        # says (audio has no error frame); the record keeps why, as app/lifecycle.py does
+        # says (audio has no error frame); the record keeps why, as app/request_scope.py does
         log.warning("request %s: backend %s broke off its answer: %s", t.id, ex.backend.name if ex.backend else "?",
                     type(err).__name__)
         t.fail("upstream_midstream", override=True)

@@ -30,9 +30,9 @@ from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from . import items
 from .errors import failure_code
 from .request import ParsedRequest, parse_request
-from .response import base_response, new_id
+from .assemble import base_response, new_id
 from .sealed import ReasoningSealer
-from .state import State
+from .state import ResponsesState
 from .store import Record
 from .stream import ResponsesStreamEncoder
 
@@ -49,7 +49,7 @@ def _owner(principal) -> str:
     return principal.name or ""
 
 
-async def _load(state: State, resp_id: str, owner: str, param: str | None) -> Record | None:
+async def _load(state: ResponsesState, resp_id: str, owner: str, param: str | None) -> Record | None:
     try:
         return await state.store.get(resp_id, owner)
     except Exception as err:  # a store that fails is the gateway's trouble, said plainly
@@ -57,7 +57,7 @@ async def _load(state: State, resp_id: str, owner: str, param: str | None) -> Re
         raise GatewayError("api_error", "the response store is not available", param=param, status=503) from None
 
 
-async def _save(state: State, resp_id: str, rec: Record) -> None:
+async def _save(state: ResponsesState, resp_id: str, rec: Record) -> None:
     try:
         await state.store.put(resp_id, rec)
     except Exception as err:  # the answer is still good: only its continuation is lost
@@ -88,7 +88,7 @@ class _Response(Turn):
 
     midstream_code = "server_error"
 
-    def __init__(self, state: State, parsed: ParsedRequest, history: list[c.Message], owner: str,
+    def __init__(self, state: ResponsesState, parsed: ParsedRequest, history: list[c.Message], owner: str,
                  as_summary: bool = False) -> None:
         self.state, self.parsed, self.history, self.owner = state, parsed, history, owner
         self.req = parsed.canonical(history)
@@ -126,7 +126,7 @@ class _Response(Turn):
 
 
 async def create(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
-    state: State = gw.responses
+    state: ResponsesState = gw.responses
     front: Inbound[ParsedRequest] = await inbound(request, gw, t, "responses",
                                                    lambda b: _parse(b, gw.cfg.limits, state.sealer))
     parsed = front.parsed

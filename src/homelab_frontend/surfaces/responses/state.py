@@ -19,7 +19,7 @@ class _Owner(Protocol):  # what of the gateway the state is made from
     cluster: Any
 
 
-class State:
+class ResponsesState:
     def __init__(self, gw: _Owner) -> None:
         self.sealer = ReasoningSealer(gw.signer)
         cfg = gw.cfg.responses.store

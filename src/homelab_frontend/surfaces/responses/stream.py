@@ -108,7 +108,7 @@ from ...canonical import (
     Usage,
     NO_USAGE,
 )
-from . import response as r
+from . import assemble as r
 from .items import is_response_id, item_ids
 from .sealed import ReasoningSealer
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from homelab_frontend import canonical as c
 from homelab_frontend.surfaces.anthropic import stream as s
-from homelab_frontend.surfaces.anthropic.response import new_message_id, new_tool_use_id
+from homelab_frontend.surfaces.anthropic.assemble import new_message_id, new_tool_use_id
 from homelab_frontend.surfaces.signature import ThinkingSigner
 
 _encode = msgspec.json.Encoder().encode

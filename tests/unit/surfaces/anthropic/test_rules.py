@@ -7,12 +7,12 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from homelab_frontend.surfaces.anthropic import response, rules, stream
+from homelab_frontend.surfaces.anthropic import assemble, rules, stream
 from homelab_frontend.surfaces.anthropic.rules import STOP_REASONS, new_message_id, new_tool_use_id, tool_use_id
 
 
 def test_one_table_for_both_encoders():
-    assert stream.STOP_REASONS is STOP_REASONS and response.STOP_REASONS is STOP_REASONS
+    assert stream.STOP_REASONS is STOP_REASONS and assemble.STOP_REASONS is STOP_REASONS
     assert STOP_REASONS == {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                             "stop_sequence": "stop_sequence", "content_filter": "refusal"}
 

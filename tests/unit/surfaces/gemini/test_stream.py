@@ -21,7 +21,7 @@ from homelab_frontend.canonical import (
     UpstreamError,
     Usage,
 )
-from homelab_frontend.surfaces.gemini.response import ResponseAssembler
+from homelab_frontend.surfaces.gemini.assemble import ResponseAssembler
 from homelab_frontend.surfaces.gemini.rules import reasoning_from
 from homelab_frontend.surfaces.gemini.stream import FAILURE_GAP, GeminiStreamEncoder
 from homelab_frontend.surfaces.signature import ThinkingSigner

@@ -23,7 +23,7 @@ from homelab_frontend.canonical import (
 )
 from homelab_frontend.surfaces.signature import ThinkingSigner
 from homelab_frontend.surfaces.responses.request import parse_request
-from homelab_frontend.surfaces.responses.response import base_response
+from homelab_frontend.surfaces.responses.assemble import base_response
 from homelab_frontend.surfaces.responses.sealed import ReasoningSealer
 from support.responses_sse_grammar import check_stream, parse_frames
 from homelab_frontend.surfaces.responses.stream import ResponsesStreamEncoder

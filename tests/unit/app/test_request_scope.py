@@ -1,4 +1,4 @@
-"""Errors answered by the per-request wrapper (app/lifecycle.py): the dialect's shape, the
+"""Errors answered by the per-request wrapper (app/request_scope.py): the dialect's shape, the
 request id and timing headers, and the outcome the record gets."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from homelab_frontend.app.lifecycle import _error_response
+from homelab_frontend.app.request_scope import _error_response
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.request.tracker import Tracked
 from homelab_frontend.surfaces.anthropic.errors import render_error as anthropic
@@ -51,7 +51,7 @@ def test_an_outcome_already_recorded_is_kept():
 
 
 def test_a_dialect_without_an_error_renderer_is_refused_when_its_route_is_built():
-    from homelab_frontend.app.lifecycle import RENDERERS, surface
+    from homelab_frontend.app.request_scope import RENDERERS, surface
 
     async def handler(request, gw, t):  # never reached
         raise AssertionError

@@ -1,4 +1,4 @@
-"""The swap policy (lifecycle/policy.py), without processes: examples, properties over generated
+"""The swap policy (lifecycle/swap_policy.py), without processes: examples, properties over generated
 situations, and a discrete-event simulation of a homelab driving it for liveness and safety."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.scale import examples
 
-from homelab_frontend.lifecycle.policy import (
-    HOLDING, STARTABLE, Drain, Start, State, Stop, Undrain, Unit, admits, decide,
+from homelab_frontend.lifecycle.swap_policy import (
+    HOLDING, STARTABLE, Drain, Start, UnitState, Stop, Undrain, Unit, admits, decide,
 )
 
 GPU = {"gpu": 24.0}
 
 
-def U(name, state=State.STOPPED, uses=24.0, **kw) -> Unit:
+def U(name, state=UnitState.STOPPED, uses=24.0, **kw) -> Unit:
     return Unit(name=name, state=state, uses={"gpu": uses}, **kw)
 
 
@@ -37,23 +37,23 @@ def test_no_demand_no_start():
 
 
 def test_an_idle_backend_is_stopped_at_once_to_make_room():
-    plan = decide([U("a", State.READY, last_used=0.0), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
+    plan = decide([U("a", UnitState.READY, last_used=0.0), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
     assert plan.actions == [Stop("a", "evict", "b")]  # b starts once a has exited: a later round
 
 
 def test_a_backend_running_a_long_job_with_nothing_queued_drains_but_is_not_stopped():
-    plan = decide([U("a", State.READY, held=1), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
+    plan = decide([U("a", UnitState.READY, held=1), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
     assert plan.actions == [Drain("a", "evict")]
     # while draining with its slot held: nothing more happens
-    plan = decide([U("a", State.DRAINING, held=1), U("b", waiting=1, oldest_wait=5.0)], GPU, now=60.0)
+    plan = decide([U("a", UnitState.DRAINING, held=1), U("b", waiting=1, oldest_wait=5.0)], GPU, now=60.0)
     assert plan.actions == []
     # its last request ended: now it stops
-    plan = decide([U("a", State.DRAINING), U("b", waiting=1, oldest_wait=5.0)], GPU, now=61.0)
+    plan = decide([U("a", UnitState.DRAINING), U("b", waiting=1, oldest_wait=5.0)], GPU, now=61.0)
     assert plan.actions == [Stop("a", "evict", "b")]
 
 
 def test_what_is_queued_for_the_running_backend_is_served_first_up_to_swap_after_s():
-    units = [U("a", State.READY, held=2, waiting=3, oldest_wait=4.0), U("b", waiting=1, oldest_wait=5.0)]
+    units = [U("a", UnitState.READY, held=2, waiting=3, oldest_wait=4.0), U("b", waiting=1, oldest_wait=5.0)]
     plan = decide(units, GPU, now=10.0, swap_after_s=20.0)
     assert plan.actions == [] and plan.wake_at == 25.0
     plan = decide(units, GPU, now=25.0, swap_after_s=20.0)
@@ -61,25 +61,25 @@ def test_what_is_queued_for_the_running_backend_is_served_first_up_to_swap_after
 
 
 def test_the_drained_backend_starts_only_after_the_other_has_exited():
-    plan = decide([U("a", State.STOPPING), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
+    plan = decide([U("a", UnitState.STOPPING), U("b", waiting=1, oldest_wait=5.0)], GPU, now=6.0)
     assert plan.actions == []
-    plan = decide([U("a", State.STOPPED), U("b", waiting=1, oldest_wait=5.0)], GPU, now=7.0)
+    plan = decide([U("a", UnitState.STOPPED), U("b", waiting=1, oldest_wait=5.0)], GPU, now=7.0)
     assert plan.actions == [Start("b")]
 
 
 def test_a_drain_whose_reason_went_away_is_undone():
-    plan = decide([U("a", State.DRAINING, held=1), U("b")], GPU, now=6.0)
+    plan = decide([U("a", UnitState.DRAINING, held=1), U("b")], GPU, now=6.0)
     assert plan.actions == [Undrain("a")]
 
 
 def test_least_recently_used_idle_backend_goes_first():
-    units = [U("a", State.READY, uses=12, last_used=5.0), U("c", State.READY, uses=12, last_used=9.0),
+    units = [U("a", UnitState.READY, uses=12, last_used=5.0), U("c", UnitState.READY, uses=12, last_used=9.0),
              U("b", uses=12, waiting=1, oldest_wait=10.0)]
     assert decide(units, GPU, now=11.0).actions == [Stop("a", "evict", "b")]
 
 
 def test_idle_backends_go_before_busy_ones():
-    units = [U("a", State.READY, uses=12, held=1, last_used=1.0), U("c", State.READY, uses=12, last_used=9.0),
+    units = [U("a", UnitState.READY, uses=12, held=1, last_used=1.0), U("c", UnitState.READY, uses=12, last_used=9.0),
              U("b", uses=12, waiting=1, oldest_wait=10.0)]
     assert decide(units, GPU, now=11.0).actions == [Stop("c", "evict", "b")]
 
@@ -95,34 +95,34 @@ def test_the_longest_waiting_gets_the_room():
 
 
 def test_a_starting_backend_is_not_evicted():
-    units = [U("a", State.STARTING), U("b", waiting=1, oldest_wait=0.0)]
+    units = [U("a", UnitState.STARTING), U("b", waiting=1, oldest_wait=0.0)]
     assert decide(units, GPU, now=100.0).actions == []
 
 
 def test_idle_ttl_stops_an_idle_backend_counted_from_its_last_request():
-    a = U("a", State.READY, idle_ttl_s=30.0, last_used=100.0)
+    a = U("a", UnitState.READY, idle_ttl_s=30.0, last_used=100.0)
     plan = decide([a], GPU, now=120.0)
     assert plan.actions == [] and plan.wake_at == 130.0
     assert decide([a], GPU, now=130.0).actions == [Stop("a", "idle")]
-    busy = U("a", State.READY, idle_ttl_s=30.0, last_used=100.0, held=1)
+    busy = U("a", UnitState.READY, idle_ttl_s=30.0, last_used=100.0, held=1)
     assert decide([busy], GPU, now=500.0).actions == []
 
 
 def test_a_failed_start_backs_off():
-    f = U("a", State.FAILED, waiting=1, oldest_wait=0.0, retry_at=10.0)
+    f = U("a", UnitState.FAILED, waiting=1, oldest_wait=0.0, retry_at=10.0)
     plan = decide([f], GPU, now=5.0)
     assert plan.actions == [] and plan.wake_at == 10.0
     assert decide([f], GPU, now=10.0).actions == [Start("a")]
 
 
 def test_a_failed_backend_holds_nothing():
-    units = [U("a", State.FAILED, retry_at=50.0), U("b", waiting=1, oldest_wait=0.0)]
+    units = [U("a", UnitState.FAILED, retry_at=50.0), U("b", waiting=1, oldest_wait=0.0)]
     assert decide(units, GPU, now=1.0).actions == [Start("b")]
 
 
 def test_an_operators_stop_drains_then_stops():
-    assert decide([U("a", State.READY, held=1, evict=True)], GPU, now=1.0).actions == [Drain("a", "operator")]
-    assert decide([U("a", State.DRAINING, evict=True)], GPU, now=1.0).actions == [Stop("a", "operator")]
+    assert decide([U("a", UnitState.READY, held=1, evict=True)], GPU, now=1.0).actions == [Drain("a", "operator")]
+    assert decide([U("a", UnitState.DRAINING, evict=True)], GPU, now=1.0).actions == [Stop("a", "operator")]
 
 
 def test_an_operators_start_or_preload_is_a_demand():
@@ -130,21 +130,21 @@ def test_an_operators_start_or_preload_is_a_demand():
 
 
 def test_a_sleeping_backend_holds_nothing_and_wakes_on_demand():
-    units = [U("a", State.SLEEPING), U("b", State.SLEEPING, waiting=1, oldest_wait=0.0)]
+    units = [U("a", UnitState.SLEEPING), U("b", UnitState.SLEEPING, waiting=1, oldest_wait=0.0)]
     assert decide(units, GPU, now=1.0).actions == [Start("b")]
 
 
 def test_fifo_admits_strictly_in_arrival_order():
-    a = U("a", State.READY, held=1, waiting=1, oldest_wait=5.0)
+    a = U("a", UnitState.READY, held=1, waiting=1, oldest_wait=5.0)
     b = U("b", waiting=1, oldest_wait=3.0)
     assert not admits(a, [a, b], "fifo")
     assert admits(a, [a, b], "batch")
-    assert admits(U("a", State.READY, waiting=1, oldest_wait=2.0), [b], "fifo")
-    assert not admits(U("a", State.DRAINING), [], "batch")
+    assert admits(U("a", UnitState.READY, waiting=1, oldest_wait=2.0), [b], "fifo")
+    assert not admits(U("a", UnitState.DRAINING), [], "batch")
 
 
 def test_fifo_evicts_at_once_for_the_head_of_the_line():
-    units = [U("a", State.READY, held=2, waiting=3, oldest_wait=4.0), U("b", waiting=1, oldest_wait=3.0)]
+    units = [U("a", UnitState.READY, held=2, waiting=3, oldest_wait=4.0), U("b", waiting=1, oldest_wait=3.0)]
     assert decide(units, GPU, now=3.5, policy="fifo").actions == [Drain("a", "evict")]
 
 
@@ -156,21 +156,21 @@ def situations(draw):
     total = draw(st.sampled_from([1.0, 2.0, 24.0]))
     units = []
     for i in range(n):
-        state = draw(st.sampled_from(list(State)))
+        state = draw(st.sampled_from(list(UnitState)))
         uses = draw(st.sampled_from([0.0, total / 2, total]))
-        held = draw(st.integers(0, 3)) if state in (State.READY, State.DRAINING) else 0
+        held = draw(st.integers(0, 3)) if state in (UnitState.READY, UnitState.DRAINING) else 0
         waiting = draw(st.integers(0, 3))
         wanted = draw(st.booleans()) if waiting == 0 else False
         oldest = draw(st.floats(0, 100)) if (waiting or wanted) else None
         units.append(Unit(
             name=f"u{i}", state=state, uses={"gpu": uses}, held=held, waiting=waiting, oldest_wait=oldest,
             last_used=draw(st.floats(0, 100)), idle_ttl_s=draw(st.sampled_from([None, 5.0, 50.0])),
-            retry_at=draw(st.sampled_from([None, 50.0, 150.0])) if state is State.FAILED else None,
+            retry_at=draw(st.sampled_from([None, 50.0, 150.0])) if state is UnitState.FAILED else None,
             wanted=wanted, evict=draw(st.booleans()) and draw(st.booleans()),
         ))
     # a reachable world: what holds resources fits in them
     if sum(u.uses["gpu"] for u in units if u.state in HOLDING) > total:
-        units = [u if u.state not in HOLDING else Unit(**{**u.__dict__, "state": State.STOPPED, "held": 0})
+        units = [u if u.state not in HOLDING else Unit(**{**u.__dict__, "state": UnitState.STOPPED, "held": 0})
                  for u in units]
     return units, {"gpu": total}, draw(st.floats(0, 200)), draw(st.sampled_from(["batch", "fifo"])), \
         draw(st.sampled_from([0.0, 10.0, 30.0]))
@@ -189,20 +189,20 @@ def test_decisions_are_safe(sit):
         u = by[a.name]
         if isinstance(a, Start):
             assert u.state in STARTABLE and u.demand
-            assert u.state is not State.FAILED or u.retry_at is None or now >= u.retry_at
+            assert u.state is not UnitState.FAILED or u.retry_at is None or now >= u.retry_at
             used += u.uses["gpu"]
         elif isinstance(a, Stop):
             assert u.held == 0, "never stop a backend holding a slot"
-            assert u.state in (State.READY, State.DRAINING)
+            assert u.state in (UnitState.READY, UnitState.DRAINING)
         elif isinstance(a, Drain):
-            assert u.state is State.READY and u.held > 0
+            assert u.state is UnitState.READY and u.held > 0
             if a.reason == "evict" and u.waiting > 0:
                 # its own queue is cut short only for someone who waited swap_after_s
                 limit = 0.0 if pol == "fifo" else swap_after
                 assert any(c.demand and c.state in STARTABLE and c.oldest_wait is not None
                            and now >= c.oldest_wait + limit for c in units)
         elif isinstance(a, Undrain):
-            assert u.state is State.DRAINING and not u.evict
+            assert u.state is UnitState.DRAINING and not u.evict
     assert used <= resources["gpu"] + 1e-9, "a start must fit in what is free now"
     if plan.wake_at is not None:
         assert plan.wake_at > now or any(isinstance(a, Start) for a in plan.actions) or plan.wake_at >= now
@@ -219,7 +219,7 @@ class Sim:
     def __init__(self, units: dict[str, float], slots: int, policy: str, swap_after_s: float) -> None:
         self.uses = units
         self.slots, self.policy, self.swap_after = slots, policy, swap_after_s
-        self.state = {n: State.STOPPED for n in units}
+        self.state = {n: UnitState.STOPPED for n in units}
         self.held = {n: [] for n in units}
         self.queue = {n: [] for n in units}  # (arrival, id, service)
         self.last_used = {n: 0.0 for n in units}
@@ -242,7 +242,7 @@ class Sim:
         assert used <= 1.0 + 1e-9, f"over the GPU at {self.now}: {self.state}"
         for n in self.uses:
             if self.held[n]:
-                assert self.state[n] in (State.READY, State.DRAINING), (n, self.state[n], self.held[n])
+                assert self.state[n] in (UnitState.READY, UnitState.DRAINING), (n, self.state[n], self.held[n])
 
     def admit(self):
         for n in self.uses:  # the gates
@@ -260,16 +260,16 @@ class Sim:
         plan = decide(self.views(), {"gpu": 1.0}, self.now, policy=self.policy, swap_after_s=self.swap_after)
         for a in plan.actions:
             if isinstance(a, Start):
-                self.state[a.name] = State.STARTING
+                self.state[a.name] = UnitState.STARTING
                 self.at(self.now + self.START_S, "ready", a.name)
             elif isinstance(a, Drain):
-                self.state[a.name] = State.DRAINING
+                self.state[a.name] = UnitState.DRAINING
             elif isinstance(a, Undrain):
-                self.state[a.name] = State.READY
+                self.state[a.name] = UnitState.READY
             elif isinstance(a, Stop):
                 assert not self.held[a.name]
                 self.swaps += a.reason == "evict"
-                self.state[a.name] = State.STOPPING
+                self.state[a.name] = UnitState.STOPPING
                 self.at(self.now + self.STOP_S, "exited", a.name)
         self.admit()
         self.check()
@@ -288,10 +288,10 @@ class Sim:
                 n, rid, service = args
                 self.queue[n].append((t, rid, service))
             elif kind == "ready":
-                self.state[args[0]] = State.READY
+                self.state[args[0]] = UnitState.READY
                 self.last_used[args[0]] = t
             elif kind == "exited":
-                self.state[args[0]] = State.STOPPED
+                self.state[args[0]] = UnitState.STOPPED
             elif kind == "end":
                 n, rid = args
                 self.held[n].remove(rid)

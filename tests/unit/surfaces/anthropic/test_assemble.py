@@ -1,4 +1,4 @@
-"""Canonical events -> non-streaming Anthropic Messages body (surfaces/anthropic/response.py)."""
+"""Canonical events -> non-streaming Anthropic Messages body (surfaces/anthropic/assemble.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from support.scale import examples
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.anthropic.request import parse_request
-from homelab_frontend.surfaces.anthropic.response import (
+from homelab_frontend.surfaces.anthropic.assemble import (
     MessageAssembler,
     new_message_id,
     new_tool_use_id,

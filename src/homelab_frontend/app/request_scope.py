@@ -58,7 +58,7 @@ def surface(dialect: str, fn: Handler):
     render = RENDERERS.get(dialect)
     if render is None:
         raise ValueError(f"surface dialect {dialect!r} has no error renderer: add its render_error to "
-                         f"app/lifecycle.RENDERERS (known: {', '.join(RENDERERS)})")
+                         f"app/request_scope.RENDERERS (known: {', '.join(RENDERERS)})")
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gw: Gateway = request.app[GATEWAY]

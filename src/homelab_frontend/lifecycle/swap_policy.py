@@ -39,7 +39,7 @@ from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
 
-class State(str, Enum):
+class UnitState(str, Enum):
     STOPPED = "stopped"
     STARTING = "starting"
     READY = "ready"
@@ -50,9 +50,9 @@ class State(str, Enum):
 
 
 # The states in which a unit holds its `uses` (a process exists that may hold the GPU).
-HOLDING = frozenset({State.STARTING, State.READY, State.DRAINING, State.STOPPING})
+HOLDING = frozenset({UnitState.STARTING, UnitState.READY, UnitState.DRAINING, UnitState.STOPPING})
 # The states from which a start (a spawn, or a wake from sleep) is possible.
-STARTABLE = frozenset({State.STOPPED, State.SLEEPING, State.FAILED})
+STARTABLE = frozenset({UnitState.STOPPED, UnitState.SLEEPING, UnitState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Unit:
     """One managed backend as the policy sees it at one moment."""
 
     name: str
-    state: State
+    state: UnitState
     uses: Mapping[str, float] = field(default_factory=dict)
     held: int = 0  # slots held by running requests
     waiting: int = 0  # requests waiting for it (admission's queue for this backend)
@@ -138,7 +138,7 @@ def _free(resources: Mapping[str, float], holders: Iterable[Unit]) -> dict[str, 
 
 def admits(unit: Unit, units: Sequence[Unit], policy: str = "batch") -> bool:
     """Whether `unit` may admit its next request (or a new arrival) now."""
-    if unit.state is not State.READY or unit.evict:
+    if unit.state is not UnitState.READY or unit.evict:
         return False
     if policy != "fifo":
         return True
@@ -168,7 +168,7 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
     keep: dict[str, Unit] = {}
     stopping_for_good: set[str] = set()
     for u in units:
-        if u.state in (State.READY, State.DRAINING):
+        if u.state in (UnitState.READY, UnitState.DRAINING):
             if u.evict:
                 stopping_for_good.add(u.name)
             elif u.held == 0 and u.waiting == 0 and u.idle_ttl_s is not None:
@@ -181,7 +181,7 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
                 keep[u.name] = u
             else:
                 keep[u.name] = u
-    free_future = _free(resources, (u for u in units if u.state is State.STARTING))
+    free_future = _free(resources, (u for u in units if u.state is UnitState.STARTING))
     for u in keep.values():
         _add(free_future, u.uses, -1)
 
@@ -189,7 +189,7 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
     for u in units:
         if u.state not in STARTABLE or not u.demand:
             continue
-        if u.state is State.FAILED and u.retry_at is not None and now < u.retry_at:
+        if u.state is UnitState.FAILED and u.retry_at is not None and now < u.retry_at:
             plan.wake(u.retry_at)
             continue
         candidates.append(u)
@@ -203,9 +203,9 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
         overdue = now >= since + swap_after
         if not _fits(c.uses, free_future):
             eligible = [v for v in keep.values() if v.name not in victims
-                        and (v.state is State.DRAINING or v.waiting == 0 or overdue)]
+                        and (v.state is UnitState.DRAINING or v.waiting == 0 or overdue)]
             # decided drains first (a decision sticks), then idle ones, then the least busy, LRU
-            eligible.sort(key=lambda v: (v.state is not State.DRAINING, v.held > 0, v.waiting, v.last_used, v.name))
+            eligible.sort(key=lambda v: (v.state is not UnitState.DRAINING, v.held > 0, v.waiting, v.last_used, v.name))
             f = dict(free_future)
             chosen = []
             for v in eligible:
@@ -237,9 +237,9 @@ def decide(units: Sequence[Unit], resources: Mapping[str, float], now: float, *,
         reason = "evict" if name in victims else "operator"
         if u.held == 0:
             plan.actions.append(Stop(name, reason, victims.get(name)))
-        elif u.state is State.READY:
+        elif u.state is UnitState.READY:
             plan.actions.append(Drain(name, reason))
     for u in keep.values():
-        if u.state is State.DRAINING:
+        if u.state is UnitState.DRAINING:
             plan.actions.append(Undrain(u.name))
     return plan
