@@ -26,7 +26,7 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-.PHONY: demo test test-fast deps bench install config-reference
+.PHONY: demo test test-fast deps bench install config-reference typecheck
 install: $(VENV)/.base
 
 # Each .ci/deps/*.sh installs one outside dependency of the tests (llama.cpp's server and a model,
@@ -52,6 +52,11 @@ FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOA
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
 	$(FAST_ENV) $(PYTEST) -q -n $(FAST_JOBS) --dist loadgroup -m 'not real' --durations=15 $(PYTEST_ARGS)
+
+# mypy over src/ ([tool.mypy] in pyproject.toml: defaults everywhere, strict in admission/,
+# request/ and lifecycle/)
+typecheck: $(VENV)/.test
+	$(VENV)/bin/mypy
 
 # docs/configuration.md's key tables, regenerated from the config schema (src/homelab_frontend/config.py)
 config-reference: $(VENV)/.base
