@@ -177,7 +177,8 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     """What is read from it at most."""
     health_interval_s: float = 10.0
-    """Seconds between its GET /v1/models probes (never a generation)."""
+    """Seconds between its GET /v1/models probes (never a generation); a probe not answered
+    within min(5 s, this) is late, and three late in a row mark the backend down."""
     health_path: str | None = None
     """For a server without GET /v1/models (whisper.cpp's, stable-diffusion.cpp's): the path, from the
     server's root, whose 200 is its health and readiness; null: /v1/models (kind whispercpp: /health)."""

@@ -51,7 +51,7 @@ def test_apply_keeps_pools_and_drops_idle_removed_backends(gw, tmp_path):
     gw.apply(_cfg(tmp_path, ("gpu0",)))
     assert "gpu1" in gw.backends
     gw.backends["gpu1"].pool.in_use = 0
-    assert gw._drop_if_idle("gpu1")
+    assert gw.drop_if_idle("gpu1")
     assert set(gw.backends) == {"gpu0"} and set(gw.clients) == {"gpu0"}
 
 
