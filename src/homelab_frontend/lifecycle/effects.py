@@ -39,7 +39,7 @@ class Effects:
     units: dict[str, Managed]
     spawner: Spawner
     prober: Any  # probe.Prober: ready, wake, is_sleeping, sleep, close
-    starts: Counter
+    starts: Counter[tuple[str, str]]
     start_buckets: dict[str, list[int]]
     start_sum: dict[str, float]
 

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
@@ -60,7 +60,7 @@ class Fleet(Effects, OperatorApi, Following):
         self.on_change: Callable[[str, UnitState], None] | None = None
         self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
-        self._loop_task: asyncio.Task | None = None
+        self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
         # metrics: what happened (read by ops/metrics.py at scrape time)
         self.starts: Counter[tuple[str, str]] = Counter()  # (backend, outcome) outcome: ok|exit|timeout|error
@@ -242,7 +242,7 @@ class Fleet(Effects, OperatorApi, Following):
                 log.info("backend %s: idle for %g s: stopping", u.name, u.idle_ttl_s)
             self._effect(u, Event.STOP, self._stop(u, a.reason))
 
-    def _effect(self, u: Managed, event: Event, coro) -> None:
+    def _effect(self, u: Managed, event: Event, coro: Coroutine[Any, Any, None]) -> None:
         """Move `u` (starting or stopping) and run the effect that ends the move in a task."""
         try:
             u.advance(event)

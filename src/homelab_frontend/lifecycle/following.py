@@ -4,6 +4,7 @@ server; the others follow its published states. These are the Coordinator's call
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from .machine import Event
 from .swap_policy import UnitState
@@ -17,7 +18,7 @@ class Following:
 
     def kick(self) -> None: ...
 
-    def mirror(self, states: dict[str, dict]) -> None:
+    def mirror(self, states: dict[str, Any]) -> None:
         """A follower: the leader's states are this replica's view of its backends."""
         for name, u in self.units.items():
             doc = states.get(name)

@@ -20,7 +20,7 @@ class OperatorApi:
 
     def kick(self) -> None: ...
 
-    def want(self, name: str) -> dict:
+    def want(self, name: str) -> dict[str, Any]:
         u = self.units[name]
         u.goal = u.goal.wanted()
         if u.state is UnitState.FAILED:
@@ -30,7 +30,7 @@ class OperatorApi:
         self.kick()
         return u.as_dict()
 
-    def unwant(self, name: str) -> dict:
+    def unwant(self, name: str) -> dict[str, Any]:
         u = self.units[name]
         u.wanted_at = None
         if u.state in swap_policy.HOLDING:
@@ -55,7 +55,7 @@ class OperatorApi:
         u.keep_alive = asked
         self.kick()
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[dict[str, Any]]:
         out = [u.as_dict() for u in self.units.values() if not u.removed]
         if self.coord is not None:  # which replica runs them (None: nobody holds the lease now)
             for d in out:

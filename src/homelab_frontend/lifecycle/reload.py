@@ -40,6 +40,6 @@ def reconcile(units: dict[str, Managed], cfg: cfgmod.Config,
             u.failures, u.retry_at = 0, None
         u.cfg = b
     for name, u in units.items():
-        b = cfg.backends.get(name)
-        if b is None or b.run is None:
+        kept = cfg.backends.get(name)
+        if kept is None or kept.run is None:
             u.goal = Goal.REMOVE

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
@@ -29,7 +29,7 @@ class Process(Protocol):
     """A running server as the fleet uses it (process.Child, or a test's stand-in)."""
 
     pid: int
-    exited: asyncio.Future
+    exited: asyncio.Future[int]
 
     @property
     def running(self) -> bool: ...
@@ -61,8 +61,8 @@ class Managed:
         self.failures = 0  # consecutive failed starts
         self.retry_at: float | None = None
         self.wanted_at: float | None = None  # preload / operator's start
-        self.effect: asyncio.Task | None = None  # the start or stop in flight (state starting/stopping)
-        self.remote: dict | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
+        self.effect: asyncio.Task[None] | None = None  # the start or stop in flight (state starting/stopping)
+        self.remote: dict[str, Any] | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
         # A client's keep_alive (keep_alive.py) in place of run.idle_ttl_s, within run.client_keep_alive
         self.keep_alive: float | Forever | None = None
 
@@ -123,7 +123,7 @@ class Managed:
         run = self.run
         return idle_ttl(self.keep_alive, run.client_keep_alive, run.idle_ttl_s)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         in_use = self.pool.in_use if self.pool is not None else 0
         waiting = self.pool.queue.queued if self.pool is not None else 0
         if self.remote is not None:  # a follower: the leader's word, and where it runs
