@@ -8,9 +8,11 @@ effect (a spawn, a stop, a probe, a sleep: effects.py) runs in a task of its own
 loop when it is done, so the loop never blocks on a process. A unit moves only through the table
 in machine.py; an illegal move raises.
 
-The rooms: unit.py (the record and the gate on its queue), machine.py (the moves), reload.py (a
-reloaded config against the records), operator.py (the admin API's asks), following.py (the
-callbacks of lifecycle/cluster.py), effects.py (starts, stops, exits), and here the loop.
+One class holds the fleet's state; the rooms beside it are functions of a unit (or of the units)
+that it calls and then wakes its loop: unit.py (the record and the gate on its queue), machine.py
+(the moves, of the state and of the goal), reload.py (a reloaded config against the records),
+operator.py (the admin API's asks), following.py (the callbacks of lifecycle/cluster.py),
+effects.py (starts, stops, exits), and here the loop.
 
 Failures: a start that exits, or is not ready within `start_timeout_s` (then it is stopped),
 answers its waiting requests at once with a 503 naming the backend, the exit status and the
@@ -32,11 +34,10 @@ from typing import Any, Callable, Coroutine
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
-from . import swap_policy
-from .effects import START_BUCKETS, Effects, Spawner, spawn_child
-from .following import Following
+from . import effects, following, operator, swap_policy
+from .effects import START_BUCKETS, Spawner, spawn_child
+from .keep_alive import Forever
 from .machine import BUSY, Event
-from .operator import OperatorApi
 from .swap_policy import UnitState
 from .probe import Prober
 from .reload import reconcile
@@ -47,7 +48,7 @@ __all__ = ["Fleet", "Managed", "START_BUCKETS"]
 log = logging.getLogger("homelab_frontend.lifecycle")
 
 
-class Fleet(Effects, OperatorApi, Following):
+class Fleet:
     def __init__(self, spawner: Spawner = spawn_child, prober: Any = None) -> None:
         self.units: dict[str, Managed] = {}
         self.resources: dict[str, float] = {}
@@ -162,6 +163,43 @@ class Fleet(Effects, OperatorApi, Following):
         if u is not None:
             u.last_used = time.monotonic()
 
+    # -- what the operator asks (operator.py) -------------------------------------------------
+
+    def want(self, name: str) -> dict[str, Any]:
+        u = self.units[name]
+        operator.want(u)
+        self.kick()
+        return u.as_dict()
+
+    def unwant(self, name: str) -> dict[str, Any]:
+        u = self.units[name]
+        operator.unwant(u)
+        self.kick()
+        return u.as_dict()
+
+    def keep_alive(self, name: str, asked: float | Forever, *, prompt: bool = True) -> None:
+        """A client's `keep_alive` (operator.keep_alive)."""
+        u = self.units.get(name)
+        if u is not None and operator.keep_alive(u, asked, prompt=prompt):
+            self.kick()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return operator.snapshot(self.units, self.coord)
+
+    # -- the Coordinator's callbacks (following.py) -------------------------------------------
+
+    def mirror(self, states: dict[str, Any]) -> None:
+        following.mirror(self.units, states)
+        self.kick()
+
+    def became_leader(self) -> None:
+        following.became_leader(self.units)
+        self.kick()
+
+    def lost_leadership(self) -> None:
+        following.lost_leadership(self.units)
+        self.kick()
+
     # -- the loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -190,12 +228,12 @@ class Fleet(Effects, OperatorApi, Following):
         if self.follower:
             self._grant()  # the leader decides; here the queues follow its published states
             return None
-        self.watch_exits()
+        effects.watch_exits(self.units)
         for name, u in list(self.units.items()):
             if u.state in BUSY:
                 continue
             if u.state is UnitState.SLEEPING and u.stale:  # a sleeping process of a changed or removed backend
-                self._effect(u, Event.STOP, self._stop(u, "reload"))
+                self._effect(u, Event.STOP, self._stop(u))
             elif u.removed and u.state not in swap_policy.HOLDING:
                 del self.units[name]
                 if u.pool is not None:
@@ -240,7 +278,7 @@ class Fleet(Effects, OperatorApi, Following):
                 log.info("backend %s: stopping to make room for %s", u.name, a.to)
             elif a.reason == "idle":
                 log.info("backend %s: idle for %g s: stopping", u.name, u.idle_ttl_s)
-            self._effect(u, Event.STOP, self._stop(u, a.reason))
+            self._effect(u, Event.STOP, self._stop(u))
 
     def _effect(self, u: Managed, event: Event, coro: Coroutine[Any, Any, None]) -> None:
         """Move `u` (starting or stopping) and run the effect that ends the move in a task."""
@@ -250,6 +288,27 @@ class Fleet(Effects, OperatorApi, Following):
             coro.close()
             raise
         u.effect = asyncio.get_running_loop().create_task(coro)
+
+    async def _start(self, u: Managed, was: UnitState) -> None:
+        await effects.start(u, was, self.spawner, self.prober, self.kick,
+                            lambda outcome, took: self._counted(u.name, outcome, took))
+        self.kick()
+
+    async def _stop(self, u: Managed) -> None:
+        try:
+            await effects.stop(u, self.prober)
+        finally:
+            self.kick()
+
+    def _counted(self, name: str, outcome: str, took: float) -> None:
+        self.starts[(name, outcome)] += 1
+        if outcome != "ok":
+            return
+        buckets = self.start_buckets.setdefault(name, [0] * len(START_BUCKETS))
+        for i, bound in enumerate(START_BUCKETS):
+            if took <= bound:
+                buckets[i] += 1
+        self.start_sum[name] = self.start_sum.get(name, 0.0) + took
 
     # -- shutdown -----------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """One managed backend's live record (`Managed`) and the gate on its slot queue (`Door`).
 
-The record moves between states only through `advance` (machine.py's table; an illegal move
-raises). A replica that follows another shows the leader's word through `follow` instead.
+The record moves between states only through `advance`, and its goal only through `aim`
+(machine.py's tables; an illegal move raises). A replica that follows another shows the leader's word through `follow` instead.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..errors import GatewayError
 from . import swap_policy
 from .keep_alive import Forever, idle_ttl
 from .logring import LogRing
-from .machine import Event, Goal, next_state
+from .machine import Aim, Event, Goal, next_goal, next_state
 from .swap_policy import UnitState
 from .process import describe_status
 
@@ -50,7 +50,7 @@ class Managed:
         self.cfg = cfg
         self.state = UnitState.STOPPED
         self.since = time.time()
-        self.goal = Goal.KEEP  # what should become of its process (machine.Goal)
+        self._goal = Goal.KEEP  # what should become of its process (machine.Goal): moved by `aim`
         self.pool: SlotStore | None = None  # the backend's slot pool; its queue's gate is a Door
         self.child: Process | None = None
         self.log = LogRing()
@@ -70,6 +70,18 @@ class Managed:
     def run(self) -> cfgmod.Run:
         assert self.cfg.run is not None
         return self.cfg.run
+
+    @property
+    def goal(self) -> Goal:
+        return self._goal
+
+    def aim(self, aim: Aim) -> Goal:
+        """Move the goal (machine.GOAL_MOVES); raises machine.IllegalAim for a move it lacks."""
+        goal = next_goal(self.name, self._goal, aim)
+        if goal is not self._goal:
+            log.debug("backend %s: goal %s -> %s (%s)", self.name, self._goal.name, goal.name, aim.value)
+            self._goal = goal
+        return goal
 
     @property
     def evict(self) -> bool:
