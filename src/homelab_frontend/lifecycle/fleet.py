@@ -2,8 +2,8 @@
 
 One `Fleet` per gateway. It keeps a `Managed` record per backend with `run:` (unit.py), and one
 task that loops: snapshot every unit for `swap_policy.decide`, perform its actions, let the queues
-admit what the policy admits, sleep until the next event (a request waiting, leaving or ending; a
-server ready or exited) or the moment the plan said the answer could change by itself. Every
+admit what the policy admits, sleep until the next event (a change in demand; a server ready or
+exited; an operator's ask) or the moment the plan said the answer could change by itself. Every
 effect (a spawn, a stop, a probe, a sleep: effects.py) runs in a task of its own and kicks the
 loop when it is done, so the loop never blocks on a process. A unit moves only through the table
 in machine.py; an illegal move raises.
@@ -13,6 +13,13 @@ that it calls and then wakes its loop: unit.py (the record and the gate on its q
 (the moves, of the state and of the goal), reload.py (a reloaded config against the records),
 operator.py (the admin API's asks), following.py (the callbacks of lifecycle/cluster.py),
 effects.py (starts, stops, exits), and here the loop.
+
+A change in demand is what the policy could decide otherwise on, against what the last round
+saw (`slot_event`): a first request waiting (or the last one gone: granted, expired, left), the
+last slot of a unit the round saw busy given back, and under `fifo` a new oldest waiter (another
+queue may be first in line now). Every other slot taken or given back moves nothing the policy
+reads but the idle clock (`last_used`), which the round planned for anyway: woken early it plans
+again, so it is not woken for those (it was, on every one: up to two rounds per request).
 
 Failures: a start that exits, or is not ready within `start_timeout_s` (then it is stopped),
 answers its waiting requests at once with a 503 naming the backend, the exit status and the
@@ -29,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Callable, Coroutine
+from typing import Any, Callable, Coroutine, NamedTuple
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
@@ -46,6 +53,17 @@ from .unit import Door, Managed
 __all__ = ["Fleet", "Managed", "START_BUCKETS"]
 
 log = logging.getLogger("homelab_frontend.lifecycle")
+
+
+class Demand(NamedTuple):
+    """A unit's demand as its slot events can move it (Fleet.slot_event)."""
+
+    waiting: bool  # a request is in its queue
+    held: bool  # a slot is held
+    oldest: float | None  # when its oldest waiter arrived (fifo only; None otherwise)
+
+
+IDLE = Demand(False, False, None)
 
 
 class Fleet:
@@ -68,6 +86,8 @@ class Fleet:
         self.start_buckets: dict[str, list[int]] = {}
         self.start_sum: dict[str, float] = {}
         self.swaps: Counter[str] = Counter()  # backend stopped to make room for another
+        self.rounds = 0  # rounds of the loop so far (each one snapshots every unit for the policy)
+        self._seen: dict[str, Demand] = {}  # each unit's demand as the last round left it
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -158,10 +178,27 @@ class Fleet:
     def kick(self) -> None:
         self._kick.set()
 
-    def touched(self, name: str) -> None:
+    def slot_event(self, name: str) -> None:
+        """A slot of `name` was taken or given back, or a request joined or left its queue (its
+        Door): the idle clock restarts; the loop wakes only when the demand moved (module docstring)."""
         u = self.units.get(name)
-        if u is not None:
-            u.last_used = time.monotonic()
+        if u is None:
+            return
+        u.last_used = time.monotonic()
+        now, seen = self._demand(u), self._seen.get(name, IDLE)
+        if now.waiting != seen.waiting or (seen.held and not now.held) or now.oldest != seen.oldest:
+            self.kick()
+
+    def _demand(self, u: Managed) -> Demand:
+        pool = u.pool
+        if pool is None:
+            return IDLE
+        # only fifo lets one queue's oldest request hold back another queue's admission
+        oldest = pool.queue.oldest_wait() if self.policy == "fifo" else None
+        return Demand(pool.queue.queued > 0, pool.in_use > 0, oldest)
+
+    def _saw(self) -> None:
+        self._seen = {name: self._demand(u) for name, u in self.units.items()}
 
     # -- what the operator asks (operator.py) -------------------------------------------------
 
@@ -225,8 +262,10 @@ class Fleet:
 
     def step(self) -> float | None:
         """One round: decide, perform, admit. -> when to look again without an event."""
+        self.rounds += 1
         if self.follower:
             self._grant()  # the leader decides; here the queues follow its published states
+            self._saw()
             return None
         effects.watch_exits(self.units)
         for name, u in list(self.units.items()):
@@ -248,6 +287,7 @@ class Fleet:
         for a in plan.actions:
             self._perform(a)
         self._grant()
+        self._saw()
         return plan.wake_at
 
     def _grant(self) -> None:

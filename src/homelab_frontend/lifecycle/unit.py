@@ -162,17 +162,15 @@ class Admitter(Protocol):
 
     def refusal(self, name: str) -> GatewayError | None: ...
 
-    def touched(self, name: str) -> None: ...
-
-    def kick(self) -> None: ...
+    def slot_event(self, name: str) -> None: ...
 
     def load_eta_s(self, name: str) -> float: ...
 
 
 class Door:
     """The gate (admission.slots.Gate) on a managed backend's queue: it admits what the policy
-    admits, refuses at once during a failed start's back-off, and tells the fleet of every change
-    in demand or use."""
+    admits, refuses at once during a failed start's back-off, and tells the fleet of every slot
+    event (the fleet wakes its loop only for those that move the demand: fleet.Fleet.slot_event)."""
 
     __slots__ = ("fleet", "name")
 
@@ -187,8 +185,7 @@ class Door:
         return self.fleet.refusal(self.name)
 
     def changed(self) -> None:
-        self.fleet.touched(self.name)
-        self.fleet.kick()
+        self.fleet.slot_event(self.name)
 
     def load_s(self) -> float:
         return self.fleet.load_eta_s(self.name)

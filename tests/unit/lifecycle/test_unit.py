@@ -134,11 +134,8 @@ class _Fleet:
     def refusal(self, name):
         return GatewayError("backend_down", f"{name} is backing off")
 
-    def touched(self, name):
-        self.calls.append(("touched", name))
-
-    def kick(self):
-        self.calls.append(("kick",))
+    def slot_event(self, name):
+        self.calls.append(("slot_event", name))
 
     def load_eta_s(self, name):
         return 42.0
@@ -150,5 +147,5 @@ def test_the_door_asks_the_fleet_and_tells_it_of_every_change():
     assert door.admits() and not Door(fleet, "c").admits()
     assert door.refusal().kind == "backend_down"
     door.changed()
-    assert fleet.calls[-2:] == [("touched", "b"), ("kick",)]
+    assert fleet.calls[-1] == ("slot_event", "b")
     assert door.load_s() == 42.0
