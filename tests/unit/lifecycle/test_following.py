@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from homelab_frontend.lifecycle import following
 from homelab_frontend.lifecycle.fleet import Fleet
 from homelab_frontend.lifecycle.machine import Aim, Event, Goal
 from homelab_frontend.lifecycle.swap_policy import UnitState
@@ -38,6 +39,14 @@ def test_a_follower_mirrors_the_leaders_states_and_reads_nonsense_as_stopped():
     assert f.units["a"].state is UnitState.STOPPED and f.units["a"].remote == {}
     assert f.units["b"].state is UnitState.STOPPED
     assert f.kicks == 2
+
+
+def test_the_mirror_is_a_function_of_the_units_alone():
+    units = {n: Managed(n, b) for n, b in CFG.backends.items()}
+    following.mirror(units, {"b": {"state": "starting"}})
+    assert units["b"].state is UnitState.STARTING and units["a"].state is UnitState.STOPPED
+    following.became_leader(units)
+    assert units["b"].state is UnitState.STOPPED and units["a"].wanted_at is not None
 
 
 def test_a_new_leader_starts_from_stopped_and_wants_its_preloads():

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from homelab_frontend.lifecycle.keep_alive import FOREVER
+from homelab_frontend.lifecycle import operator
 from homelab_frontend.lifecycle.fleet import Fleet
 from homelab_frontend.lifecycle.machine import Aim, Event, Goal
 from homelab_frontend.lifecycle.swap_policy import UnitState
@@ -44,6 +45,14 @@ def test_a_start_of_a_stopped_backend_wants_it_and_wakes_the_loop():
     f = _Fleet()
     d = f.want("a")
     assert f.units["a"].wanted_at is not None and f.kicks == 1 and d["name"] == "a"
+
+
+def test_keep_alive_says_whether_it_changed_anything_so_the_fleet_wakes_only_then():
+    units = {n: Managed(n, b) for n, b in config(a={}, b={"client_keep_alive": {"honour": False}}).backends.items()}
+    assert operator.keep_alive(units["a"], 60.0) and units["a"].keep_alive == 60.0
+    assert not operator.keep_alive(units["b"], 60.0) and units["b"].keep_alive is None
+    units["a"].aim(Aim.DROP)
+    assert not operator.keep_alive(units["a"], 5.0) and units["a"].keep_alive == 60.0
 
 
 def test_a_start_of_a_ready_backend_asks_nothing_more():
