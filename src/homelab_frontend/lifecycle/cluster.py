@@ -70,13 +70,13 @@ class Coordinator:
         self.lease_s = lease_s
         self.leader = False
         self.leader_id: str | None = None
-        self.remote_states: dict[str, dict] = {}
+        self.remote_states: dict[str, Any] = {}  # the leader's published states (decoded JSON)
         self.remote_wants: dict[str, tuple[int, float | None]] = {}  # backend -> (waiting, oldest), monotonic
         self.remote_used: dict[str, float] = {}  # backend -> the last end of a request on another replica
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
         self._renewed_at: float | None = None  # monotonic time the last successful renewal was sent
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._failures = 0  # rounds failed in a row (Redis unreachable): logged, rate-limited
         self._failing_since: float | None = None

@@ -435,6 +435,10 @@ def _lifecycle_families(fleet):
                                 "to make room for another.", labels=["backend"])
     loading = CounterMetricFamily("hlf_backend_load_wait_seconds", "Seconds requests spent waiting for their "
                                   "backend to start (phase loading), summed.", labels=["backend"])
+    rounds = CounterMetricFamily("hlf_lifecycle_rounds", "Rounds of the managed backends' loop: each one "
+                                 "asks the swap policy about every managed backend (woken by a change in demand, "
+                                 "a server's event, an operator's ask, or a time the policy named).")
+    rounds.add_metric([], fleet.rounds)
     for name, u in list(fleet.units.items()):
         for s in UnitState:
             state.add_metric([name, s.value], 1 if u.state is s else 0)
@@ -446,7 +450,7 @@ def _lifecycle_families(fleet):
         hist.add_metric([name], buckets, fleet.start_sum.get(name, 0.0))
         swaps.add_metric([name], fleet.swaps.get(name, 0))
         loading.add_metric([name], fleet.load_wait_s.get(name, 0.0))
-    yield from (state, starts, hist, swaps, loading)
+    yield from (state, starts, hist, swaps, loading, rounds)
 
 
 # -- routes -------------------------------------------------------------------------------------
