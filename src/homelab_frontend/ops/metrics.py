@@ -36,6 +36,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from .. import config as cfgmod
 from ..policy.routing import resolve_alias
 from ..request.tracker import Tracked
 from .context import OPS_GATEWAY, OpsGateway
@@ -216,7 +217,7 @@ class Metrics:
         GCCollector(registry=r)
 
         self._children: dict[tuple[str, str, str, str], _Children] = {}
-        self._cfg = None
+        self._cfg: cfgmod.Config | None = None
         self._models: dict[str, str] = {}
         self.recent: deque[tuple] = deque(maxlen=RECENT)
         self.finished = 0
@@ -344,6 +345,7 @@ def _hit_ratio_family(m: "Metrics") -> GaugeMetricFamily:
                               "session's backend (since start).", labels=["model"])
     by_model: dict[str, list[float]] = {}
     for (model, result), series in m.affinity.series.items():
+        assert isinstance(series, _CounterSeries)  # a family without buckets counts
         by_model.setdefault(model, [0.0, 0.0])[0 if result == "hit" else 1] += series.value
     for model, (hits, spills) in sorted(by_model.items()):
         ratio.add_metric([model], hits / (hits + spills) if hits + spills else 0.0)
