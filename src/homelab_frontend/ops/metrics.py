@@ -331,7 +331,7 @@ class Metrics:
         return {
             "now": time.time(),
             "started": self.started_wall,
-            "draining": bool(getattr(gw, "draining", False)),
+            "draining": gw.draining,
             "totals": {"requests": self.finished, "failed": self.failed,
                        "tokens_out": self.finished_tokens_out + sum(t.tokens_out for t in gw.tracker)},
             "backends": backends,
@@ -405,8 +405,7 @@ class _LiveCollector:
         for (backend, phase), n in sorted(counts.items()):
             inflight.add_metric([backend, phase], n)
         yield from (slots, in_use, queued, qcap, up, running, mismatch, inflight)
-        ledger = getattr(gw, "usage", None)
-        usage = ledger.health() if ledger is not None else None
+        usage = gw.usage.health() if gw.usage is not None else None
         if usage is not None and "writer_alive" in usage:
             yield GaugeMetricFamily("hlf_usage_writer_up", "1 while the usage ledger's writer thread runs.",
                                     value=1 if usage["writer_alive"] else 0)
@@ -414,9 +413,8 @@ class _LiveCollector:
                                       value=usage["write_errors"])
             yield CounterMetricFamily("hlf_usage_lost_requests", "Finished requests the usage ledger lost "
                                       "(a failed write, or queued when its writer died).", value=usage["lost"])
-        fleet = getattr(gw, "fleet", None)
-        if fleet is not None and fleet.units:
-            yield from _lifecycle_families(fleet)
+        if gw.fleet.units:
+            yield from _lifecycle_families(gw.fleet)
 
 
 def _lifecycle_families(fleet):

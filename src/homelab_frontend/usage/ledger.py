@@ -28,6 +28,10 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    def health(self) -> dict:
+        """Its own account of itself for /healthz and /metrics: `ok`, and what else it knows."""
+        ...
+
 
 class Ledger:
     def __init__(self, cfg: cfgmod.Config, redis_client=None) -> None:
@@ -82,8 +86,7 @@ class Ledger:
 
     def health(self) -> dict:
         """The store's own account of itself (the SQLite writer thread: alive, its last failure)."""
-        health = getattr(self.store, "health", None)
-        return health() if health is not None else {"ok": True}
+        return self.store.health()
 
     async def start(self) -> None:
         await self.store.start()
