@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, TypeVar
+from typing import TYPE_CHECKING, AsyncIterator, Callable, TypeVar
 
 from aiohttp import web
 
@@ -39,6 +39,10 @@ from .connguard import ConnectionGuard
 from .probes import Probes
 from .timing import server_timing
 
+if TYPE_CHECKING:  # imported at run time only with a `cluster:` section (they import redis's users)
+    from ..admission.redis_leases import Registry, RedisSlotPool
+    from ..admission.redis_supersede import SharedSupersede
+
 log = logging.getLogger("homelab_frontend")
 T = TypeVar("T")
 TRACKED = web.RequestKey("hlf_tracked", Tracked)  # the record, for what reads the body (capture_content)
@@ -46,7 +50,7 @@ BODY_BYTES = web.RequestKey("hlf_body_bytes", int)  # the body's size (the ledge
 OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 
-def _pool(name: str, b: cfgmod.Backend, cluster=None) -> SlotPool:
+def _pool(name: str, b: cfgmod.Backend, cluster: Registry | None = None) -> SlotPool | RedisSlotPool:
     if cluster is not None:  # replicas share the slots through Redis (slots_redis)
         return cluster.pool(name, b.slots, b.queue.depth, b.queue.timeout_s)
     return SlotPool(name, b.slots, b.queue.depth, b.queue.timeout_s)
@@ -55,19 +59,24 @@ def _pool(name: str, b: cfgmod.Backend, cluster=None) -> SlotPool:
 class Gateway:
     """Everything a request handler needs, and what survives a config reload."""
 
+    cfg: cfgmod.Config  # set by apply(), which __init__ calls
+
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
         self.tracker = Tracker()
         self.supersede: LatestWins = Supersede()  # latest-wins completions (admission/supersede.py)
         self.backends: dict[str, BackendState] = {}
+        # the configured backends' slot stores as made, for the fleet (lifecycle takes admission's
+        # SlotStore; a BackendState holds routing's view of the same object, policy.routing's)
+        self.pools: dict[str, SlotPool | RedisSlotPool] = {}
         self.clients: dict[str, UpstreamClient] = {}
         self.access_log = AccessLog(cfg.access_log)
         secret = os.environ.get(cfg.anthropic.signing_key_env or "") if cfg.anthropic.signing_key_env else None
         self.signer = ThinkingSigner(secret.encode() if secret else None)
         self.metrics = Metrics(self)
         self.connguard: ConnectionGuard | None = None  # set by build_app
-        self.shared_supersede = None  # redis_supersede.SharedSupersede, with a cluster
-        self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
+        self.shared_supersede: SharedSupersede | None = None  # latest wins across replicas, with a cluster
+        self.cluster: Registry | None = None  # when a `cluster:` section shares slots via Redis
         if cfg.cluster is not None:
             from ..ops.cluster import attach  # imports redis: only when a cluster is configured
 
@@ -109,13 +118,14 @@ class Gateway:
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
             if state is None:
+                self.pools[name] = _pool(name, b, self.cluster)
                 state = self.backends[name] = BackendState(name, backend_kind.effective(b, None),
-                                                           _pool(name, b, self.cluster))
+                                                           self.pools[name])
                 state.on_down = self.probes.marked_down
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
-            self.fleet.attach(name, state.pool)
+            self.fleet.attach(name, self.pools[name])
             state.auto_kind = b.kind is None
             if state.cfg.kind == "peer" and state.peer is None:
                 state.peer = PeerLink(name)
@@ -159,6 +169,7 @@ class Gateway:
         self.fleet.start()  # managed backends: preloads start now, the rest on their first request
         if self.cluster is not None:
             await self.cluster.start()  # first contact with Redis before the port opens
+            assert self.shared_supersede is not None  # made with the cluster
             await self.shared_supersede.start()  # subscribed to the others' completions
 
     def reload(self) -> list[str]:
@@ -192,6 +203,7 @@ class Gateway:
         if pool.in_use or pool.queued:
             return False
         del self.backends[name]
+        self.pools.pop(name, None)  # a peer's backend has none here (app/peers.py)
         old = self.clients.pop(name, None)
         if old is not None:
             self._retire(name, old)
@@ -329,6 +341,7 @@ class Gateway:
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.close)
         if self.cluster is not None:
+            assert self.shared_supersede is not None  # made with the cluster
             await self.shared_supersede.close()
             await self.cluster.close()  # gives back any slot still held, then disconnects
 

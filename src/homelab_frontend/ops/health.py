@@ -96,7 +96,7 @@ def _detect(state: BackendState, doc: object) -> None:
 
 
 # The gauge in each server's /metrics that counts the requests it is running right now.
-_RUNNING = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
+_RUNNING: dict[str | None, str] = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
 HELD_REFRESH_S = 1.0  # how often the running count is re-read while the gateway holds a slot there
 
 

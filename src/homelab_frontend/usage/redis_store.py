@@ -191,6 +191,10 @@ class RedisStore:
     async def start(self) -> None:
         pass
 
+    def health(self) -> dict:
+        """Nothing of its own to report: Redis's reachability is the cluster registry's."""
+        return {"ok": True}
+
     async def close(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
