@@ -83,7 +83,7 @@ import logging
 import os
 import socket
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Coroutine
 from urllib.parse import urlsplit
 
 from .. import config as cfgmod
@@ -91,6 +91,9 @@ from ..errors import GatewayError
 from .lease import Holder, Lease, SharedLease
 from .redis_scripts import ACQUIRE, RELEASE, RENEW, VIEW
 from .slots import QueueFront, WaitQueue, _Waiter
+
+if TYPE_CHECKING:  # redis is imported when a `cluster:` section asks for it (Registry)
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("homelab_frontend.cluster")
 
@@ -209,10 +212,10 @@ class Registry:
         self.down_since: float | None = None
         self.last_error: str | None = None
         self.grace_until: float | None = None  # loop time when a fresh epoch's grace ends
-        self._tasks: set[asyncio.Task] = set()
-        self._maintainer: asyncio.Task | None = None
-        self._listener: asyncio.Task | None = None
-        self._fencer: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._maintainer: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._fencer: asyncio.Task[None] | None = None
         self._went_down = asyncio.Event()
         self._closed = False
 
@@ -261,7 +264,7 @@ class Registry:
         except (*self._errors, asyncio.TimeoutError):
             pass
 
-    def spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A task owned by the registry, not by any request: a release scheduled from inside a
         cancelled request's cleanup still runs to the end."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -271,7 +274,7 @@ class Registry:
 
     # -- calls (each bounded; Redis gone marks it down and raises `unreachable()`) -------------
 
-    async def call(self, script, keys: list[str], args: list[Any], within: float | None = None) -> Any:
+    async def call(self, script: AsyncScript, keys: list[str], args: list[Any], within: float | None = None) -> Any:
         """Run `script`, waiting for a late answer until Redis counts as gone (`gone_s`), or, with
         `within`, only that long: running out of the caller's own, shorter budget raises `late()`
         and says nothing about Redis. A refused or broken connection is Redis gone at once."""
@@ -386,7 +389,8 @@ class Registry:
         return True
 
     async def _reconnect(self) -> None:
-        was_down = self.down_since is not None
+        down_since = self.down_since
+        was_down = down_since is not None
         if was_down:  # idle pooled connections may predate a Redis restart: start afresh
             try:
                 await asyncio.wait_for(self.client.connection_pool.disconnect(), self.op_timeout)
@@ -394,10 +398,10 @@ class Registry:
                 pass
         if await self._renew_all():  # the first call re-registers whatever is still running
             self.ok = True
-            if was_down:
+            if down_since is not None:
                 held = sum(len(p.leases()) for p in self.pools.values())
                 log.warning("cluster: Redis at %s is back after %.1f s; %d held slots re-registered",
-                            self.where, asyncio.get_running_loop().time() - self.down_since, held)
+                            self.where, asyncio.get_running_loop().time() - down_since, held)
             self.down_since = None
             self.last_error = None
 
@@ -458,10 +462,10 @@ class Registry:
 
     # -- the admin view -----------------------------------------------------------------------
 
-    async def view(self) -> dict:
+    async def view(self) -> dict[str, Any]:
         """Cluster-wide slot use, read from Redis now: per backend, who holds what. While Redis is
         unreachable: what was last seen, without waiting on Redis (`leases` is then null)."""
-        backends: dict[str, dict] = {}
+        backends: dict[str, dict[str, Any]] = {}
         for name, pool in list(self.pools.items()):
             leases = None
             if self.ok:
@@ -526,7 +530,7 @@ class RedisSlotPool(QueueFront):
         self._held: dict[str, SharedLease] = {}  # member -> lease; what this replica renews
         self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
         self._wake = asyncio.Event()
-        self._granter: asyncio.Task | None = None
+        self._granter: asyncio.Task[None] | None = None
         self._seq = itertools.count()
 
     @property

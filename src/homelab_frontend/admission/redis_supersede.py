@@ -180,7 +180,7 @@ class SharedSupersede:
         self.book = Book()
         self.superseded = 0  # requests cancelled here, for a newer one here or elsewhere
         self._register = registry.client.register_script(REGISTER)
-        self._listener: asyncio.Task | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._local_only = False  # Redis failed us: said once, until it answers again
         self._closed = False
         self._tokens = itertools.count()

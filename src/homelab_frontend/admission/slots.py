@@ -59,7 +59,7 @@ class Gate(Protocol):
 class _Waiter:
     __slots__ = ("fut", "key", "priority", "holder", "arrived", "budget", "armed_at", "timer", "loading_since")
 
-    def __init__(self, fut: asyncio.Future, key: str, priority: int, holder: Holder | None,
+    def __init__(self, fut: asyncio.Future[Lease], key: str, priority: int, holder: Holder | None,
                  budget: float = 0.0) -> None:
         self.fut = fut
         self.key = key
@@ -72,7 +72,7 @@ class _Waiter:
         self.loading_since: float | None = None
 
 
-def granted(fut: asyncio.Future) -> bool:
+def granted(fut: asyncio.Future[Lease]) -> bool:
     return fut.done() and not fut.cancelled() and fut.exception() is None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Protocol
+from typing import Any, Callable, Collection, Literal, Protocol
 
 from . import affinity
 from .passive_health import PassiveHealth
@@ -176,7 +176,7 @@ class Route:
     upstream_model: str
     backends: tuple[BackendState, ...]
     max_model_len: int | None
-    system_turns: str = "merge"  # config.Model.system_turns
+    system_turns: Literal["merge", "native"] = "merge"  # config.Model.system_turns
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
     # the model to serve instead when every backend of this one is down (config.Model.fallback),

@@ -52,7 +52,7 @@ def usage_in_tail(tail: bytes) -> tuple[int, int] | None:
         if not isinstance(usage, dict):
             continue
         p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in (p, c)):
+        if isinstance(p, int) and isinstance(c, int) and not isinstance(p, bool) and not isinstance(c, bool):
             return p, c
     return None
 

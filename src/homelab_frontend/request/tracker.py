@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import GatewayError
 from .outcome import FAILED, OK, STALLED, SUPERSEDED, outcome_of
@@ -46,7 +46,7 @@ class Tracked:
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.tokens_out = 0
-        self.task: asyncio.Task | None = asyncio.current_task()
+        self.task: asyncio.Task[Any] | None = asyncio.current_task()
         self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost", "superseded": why we cancelled it
         self.cancel_message = ""
         self.queue_wait: float | None = None  # seconds spent waiting for a slot
@@ -75,7 +75,7 @@ class Tracked:
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
         # on_client_gone: drain (request/drain.py): the task reading the upstream answer to its end
         # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
-        self.drain: asyncio.Task | None = None
+        self.drain: asyncio.Task[None] | None = None
         self.drained: str | None = None
         # what a relayed call cost in its own units (surfaces/media/units.py): audio_seconds,
         # characters, documents, images; None for a text generation
@@ -133,7 +133,7 @@ class Tracked:
             return GatewayError("overloaded", self.cancel_message, status=503, retry_after=2)
         return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "dialect": self.dialect,

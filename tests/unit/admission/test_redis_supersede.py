@@ -25,6 +25,7 @@ class Handle:
         self.id = name
         self.cancels: list[tuple[str, str]] = []
         self.ended = False
+        self.task: asyncio.Task | None = None  # no task of its own to wait on (supersede.Cancellable)
 
     def cancel(self, reason: str, message: str = "") -> bool:
         if self.ended or self.cancels:
