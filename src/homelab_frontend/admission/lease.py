@@ -45,7 +45,7 @@ class Lease:
 
 
 class SharedLease(Lease):
-    """A slot held in a store shared between replicas (redis_leases.py). `member` names it there;
+    """A slot held in a store shared between replicas (redis_registry.py). `member` names it there;
     `valid_from` is the loop time the last take or renewal covering it was sent (the lease ends no
     earlier than valid_from + lease_s); `bound` is set once the slot is the request's; `fenced`
     once the request was stopped for a lease that could not be vouched for."""

@@ -12,7 +12,7 @@ queue clock, what a waiter that leaves must undo, the hold-time estimate behind 
 routing's expected wait); each store owns one and decides only how a slot is taken and given back.
 `SlotPool` keeps the count in process: the fast path (a free slot, nobody waiting, the backend
 admitting) is a counter increment, and a release hands its slot to the next waiter synchronously.
-`redis_leases.RedisSlotPool` takes slots as Redis leases, an await, by a granter task of its own.
+`redis_slot_pool.RedisSlotPool` takes slots as Redis leases, an await, by a granter task of its own.
 Both implement `SlotStore`: `acquire` returns a `Lease` (lease.py) and `release` takes it back.
 
 A backend that does not always admit (a managed one, lifecycle/: stopped, loading, drained for a
@@ -261,7 +261,7 @@ class WaitQueue:
 
 
 class SlotStore(Protocol):
-    """A backend's slots, whichever store keeps them (`SlotPool`, `redis_leases.RedisSlotPool`).
+    """A backend's slots, whichever store keeps them (`SlotPool`, `redis_slot_pool.RedisSlotPool`).
     `acquire` admits through the store's `WaitQueue` and returns the lease; `release` takes that
     lease back (once); `grant` serves the queue after its gate opened."""
 

@@ -32,7 +32,7 @@ class OpsGateway(Protocol):
     backends: dict[str, BackendState]
     tracker: Tracker
     metrics: MetricsView
-    cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
+    cluster: Any  # admission.redis_registry.Registry when a `cluster:` section is configured, else None
     draining: bool
     usage: Any  # usage.Ledger, or None with usage.enabled: false
     fleet: Fleet  # managed backends (`run:`)
