@@ -31,7 +31,7 @@ from typing import Callable, Protocol
 
 from ..errors import GatewayError
 from .fair_queue import FairQueue
-from .lease import LOADING, QUEUED, Holder, Lease
+from .lease import Holder, Lease
 
 
 class Gate(Protocol):
@@ -189,13 +189,13 @@ class WaitQueue:
         now = time.monotonic()
         if self.loading:
             if w.holder is not None:
-                w.holder.phase = LOADING
+                w.holder.loading()
             self._disarm(w, now)
             if w.loading_since is None:
                 w.loading_since = now
             return
         if w.holder is not None:
-            w.holder.phase = QUEUED
+            w.holder.queued()
         self._end_loading(w, now)
         if w.timer is None:
             w.armed_at = now
@@ -248,7 +248,7 @@ class WaitQueue:
             self.queued -= 1
             self._settle(w)
             if w.holder is not None:
-                w.holder.phase = QUEUED  # its turn: no longer waiting for a load
+                w.holder.queued()  # its turn: no longer waiting for a load
         return w
 
     def peek(self) -> _Waiter | None:

@@ -29,7 +29,6 @@ import msgspec
 
 from .tracker import Tracked
 
-DRAINING = "draining"
 _TAIL_BYTES = 16 * 1024  # the end of the answer kept, for the usage it reports there
 
 _decode = msgspec.json.decode
@@ -76,7 +75,7 @@ async def drain(t: Tracked, answer: "aiohttp.ClientResponse | asyncio.Task[aioht
                 idle_s: float, total_s: float, release: Callable[[], None]) -> None:
     """The detached drain of one request's upstream answer (or of its request still waiting for
     the answer's headers: a task); `release` gives its slot back."""
-    t.phase = DRAINING
+    t.draining()
     completed = False
     resp: aiohttp.ClientResponse | None = None
     try:

@@ -52,7 +52,7 @@ from ..admission.slots import SlotStore
 from ..errors import GatewayError
 from ..policy.auth import ANONYMOUS, PERSON_HEADER, Principal
 from ..policy.routing import BackendState, Route
-from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
+from .tracker import Tracked
 from ..upstream.client import StreamedBody, UpstreamClient, UpstreamFailure
 from ..upstream.prompt_count import can_count, count_prompt
 from . import drain, failover
@@ -98,7 +98,7 @@ class Exchange:
     # -- phases -------------------------------------------------------------------------------
 
     async def admit(self) -> BackendState:
-        self.t.phase = QUEUED
+        self.t.queued()
         pinned = self._pinned()
         try:
             backend, self.t.affinity = (pinned, None) if pinned is not None else self.route.place(self.session)
@@ -127,7 +127,7 @@ class Exchange:
 
     async def _take(self, backend: BackendState) -> None:
         """A slot on `backend`, through its fair queue."""
-        self.t.phase = QUEUED
+        self.t.queued()
         self.backend = backend
         self.t.backend = backend.name
         waited = self.t.queue_wait or 0.0  # a failover's second wait adds to the first
@@ -199,7 +199,7 @@ class Exchange:
         for llama.cpp's own endpoints such as /infill). `headers`: a relayed body's own (an
         upload's content type and length)."""
         assert self.backend is not None
-        self.t.phase = CONNECTING
+        self.t.connecting()
         if self._watch is None:
             self._watch = _Watchdog(self, stream)
         client = self.client = self.clients[self.backend.name]
@@ -238,7 +238,7 @@ class Exchange:
             raise
         self.backend.passive.answered(True)
         self.t.upstream_headers = time.monotonic() - t0
-        self.t.phase = FIRST_TOKEN if stream else GENERATING
+        self.t.answering(stream)
         return resp
 
     async def send(self, out: web.StreamResponse, data: bytes) -> None:
@@ -249,7 +249,7 @@ class Exchange:
         self.writing = False
 
     def first_token(self) -> None:
-        self.t.phase = STREAMING
+        self.t.streaming()
         self.t.ttft = time.monotonic() - self.t.started
 
     # -- the prompt count, beside the upstream call ------------------------------------------

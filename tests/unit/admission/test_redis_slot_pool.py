@@ -54,6 +54,12 @@ class _Record:
         self.id, self.phase, self.load_wait = rid, "queued", 0.0
         self.cancelled: list[tuple[str, str]] = []
 
+    def queued(self) -> None:
+        self.phase = "queued"
+
+    def loading(self) -> None:
+        self.phase = "loading"
+
     def cancel(self, reason: str, message: str = "") -> bool:
         self.cancelled.append((reason, message))
         return True
