@@ -40,7 +40,8 @@ from .probes import Probes
 from .timing import server_timing
 
 if TYPE_CHECKING:  # imported at run time only with a `cluster:` section (they import redis's users)
-    from ..admission.redis_leases import Registry, RedisSlotPool
+    from ..admission.redis_registry import Registry
+    from ..admission.redis_slot_pool import RedisSlotPool
     from ..admission.redis_supersede import SharedSupersede
 
 log = logging.getLogger("homelab_frontend")

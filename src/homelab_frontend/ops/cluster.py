@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily
 
 from .. import config as cfgmod
-from ..admission.redis_leases import Registry
+from ..admission.redis_registry import Registry
 from .context import OpsGateway
 
 

@@ -18,7 +18,7 @@ from ..request.tracker import Tracker
 from ..usage import Ledger
 
 if TYPE_CHECKING:  # imported at run time only with a `cluster:` section
-    from ..admission.redis_leases import Registry
+    from ..admission.redis_registry import Registry
 
 class MetricsView(Protocol):
     registry: CollectorRegistry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Protocol, TypeVar
+from typing import Any, Callable, Collection, Literal, Protocol, TypeVar
 
 from . import affinity
 from .passive_health import PassiveHealth
@@ -30,7 +30,7 @@ class SlotHolder(Protocol):
 
 class SlotStore(Protocol[LeaseT]):
     """A backend's slots as the layers above use them: admission.slots.SlotPool (in process) and
-    admission.redis_leases.RedisSlotPool (Redis leases) implement it. `acquire` waits in the
+    admission.redis_slot_pool.RedisSlotPool (Redis leases) implement it. `acquire` waits in the
     store's queue and returns the lease of the slot taken (admission/lease.py); `release` takes
     that lease back (a second release is a no-op). Generic in the lease: its class is admission's,
     which this layer cannot name, so a `BackendState` holds a `SlotStore[Any]` and the gateway,
@@ -201,7 +201,7 @@ class Route:
     upstream_model: str
     backends: tuple[BackendState, ...]
     max_model_len: int | None
-    system_turns: str = "merge"  # config.Model.system_turns
+    system_turns: Literal["merge", "native"] = "merge"  # config.Model.system_turns
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
     # the model to serve instead when every backend of this one is down (config.Model.fallback),

@@ -66,7 +66,7 @@ from ..policy.auth import Principal
 from ..policy.routing import Route
 from ..request.context_clamp import open_chat
 from ..request.exchange import Exchange
-from ..request.tracker import GENERATING, Tracked
+from ..request.tracker import Tracked
 from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
@@ -314,7 +314,7 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
 
     async def read() -> list[c.Event]:
         upstream = await turn.open_upstream(ex, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
-        ex.t.phase = GENERATING
+        ex.t.generating()
         stops = StopMatcher(req.stop) if matcher is not None else None  # each try matches anew
         try:
             return [ev async for events in stream_events(upstream, ex, stops, fold, turn.decoder())

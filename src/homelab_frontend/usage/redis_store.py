@@ -14,7 +14,7 @@ top, so it is never counted late. Keys without a budget are counted with the nex
 added by a reload then starts from the right figure). Redis unreachable at admission: a 503, not
 a waived budget. A Redis that answers late is waited for, as by every user of the cluster's
 client: its socket bound is the time after which Redis counts as gone (half a lease,
-admission/redis_leases.py), so a pause of a second or two delays a budget check, never fails it.
+admission/redis_registry.py), so a pause of a second or two delays a budget check, never fails it.
 """
 
 from __future__ import annotations

@@ -101,6 +101,12 @@ class Rec:
     def __init__(self, rid: str) -> None:
         self.id, self.phase, self.load_wait = rid, "queued", 0.0
 
+    def queued(self):
+        self.phase = "queued"
+
+    def loading(self):
+        self.phase = "loading"
+
     def cancel(self, reason, message=""):
         return False
 

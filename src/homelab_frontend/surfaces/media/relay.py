@@ -59,7 +59,7 @@ from ...errors import GatewayError, clean_message
 from ...policy.auth import Principal
 from ...policy.routing import Route
 from ...request.exchange import Exchange
-from ...request.tracker import GENERATING, Tracked
+from ...request.tracker import Tracked
 from ...upstream import backend_kind
 from ...config import Backend
 from ..body import decode_object
@@ -313,7 +313,7 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
         raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r} answered {ctype.split(';')[0]!r}, "
                            f"not the JSON of a {endpoint.replace('_', ' ')} answer")
     if _is_json(ctype):
-        ex.t.phase = GENERATING
+        ex.t.generating()
         raw = await ex.client.read_all(resp)
         ex.complete = True
         doc = _checked(raw, ex.backend.name, need)

@@ -25,7 +25,7 @@ from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
 from ...request.exchange import Exchange, client_gone
 from ...request.outcome import DONE
-from ...request.tracker import GENERATING, Tracked
+from ...request.tracker import Tracked
 from ...upstream.decode import (
     THINK_TAG,
     ChunkMalformed,
@@ -150,7 +150,7 @@ async def _whole_from_stream(ex: Exchange, req, t: Tracked, continuous: bool) ->
     stream, which llama.cpp notices at its next token. A stream that breaks off is
     UpstreamFailure(cause="broke"): Exchange.whole tries another backend."""
     upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
-    t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+    t.generating()  # no first token to report to a client that waits for the whole answer
     asm = CompletionAssembler()
     name = ex.backend.name
     try:
