@@ -22,9 +22,10 @@ class SlotHolder(Protocol):
     against this one, so the two cannot drift apart unnoticed."""
 
     id: str
-    phase: str
     load_wait: float
 
+    def queued(self) -> None: ...
+    def loading(self) -> None: ...
     def cancel(self, reason: str, message: str = "") -> bool: ...
 
 

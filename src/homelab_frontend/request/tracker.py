@@ -75,7 +75,9 @@ class Tracked:
         self.slot_seconds = 0.0  # seconds a backend slot was held (summed, should it take several)
         self.upstream_model: str | None = None  # the name the backend was asked for
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
-        self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
+        # tracing.RequestTrace when traces are on and this one is sampled (Any: request sits beside
+        # tracing in the import layers and cannot name it; tracing.spans.SpanRecord types the reader)
+        self.trace: Any = None
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
         # on_client_gone: drain (request/drain.py): the task reading the upstream answer to its end
         # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
