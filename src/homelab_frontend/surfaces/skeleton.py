@@ -95,15 +95,16 @@ class Parsed(Protocol):
     stream: bool
 
 
-P = TypeVar("P", bound=Parsed)
+P = TypeVar("P", bound=Parsed)  # what `inbound` parses: it reads the model and stream of it
+T = TypeVar("T")  # what an Inbound holds: a handler building one itself may hold none (Ollama's embed)
 
 
-class Inbound(Generic[P]):
+class Inbound(Generic[T]):
     """A request read, parsed, routed and let in by its key (step 1)."""
 
     __slots__ = ("body", "parsed", "route", "principal")
 
-    def __init__(self, body: bytes, parsed: P, route: Route, principal: Principal) -> None:
+    def __init__(self, body: bytes, parsed: T, route: Route, principal: Principal) -> None:
         self.body = body
         self.parsed = parsed
         self.route = route

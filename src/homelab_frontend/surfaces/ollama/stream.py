@@ -96,16 +96,17 @@ def _wall_clock() -> Callable[[], str]:
     millisecond's): one text per millisecond, so a stream's lines mostly share the one before's
     (and the encoder its bytes). A closure: it runs once per line."""
     time_ns, gmtime, strftime = time.time_ns, time.gmtime, time.strftime
-    last = [-1, -1, "", ""]  # ms, second, the second's text, the text
+    last = [-1, -1]  # ms, second
+    text = ["", ""]  # the second's text, the text
 
     def clock() -> str:
         ms = time_ns() // 1_000_000
         if ms != last[0]:
             sec, frac = divmod(ms, 1000)
             if sec != last[1]:
-                last[1], last[2] = sec, strftime("%Y-%m-%dT%H:%M:%S", gmtime(sec))
-            last[0], last[3] = ms, f"{last[2]}.{frac:03d}000000Z"
-        return last[3]
+                last[1], text[0] = sec, strftime("%Y-%m-%dT%H:%M:%S", gmtime(sec))
+            last[0], text[1] = ms, f"{text[0]}.{frac:03d}000000Z"
+        return text[1]
 
     return clock
 
