@@ -169,16 +169,17 @@ async def _vllm_rerank(job: Job) -> web.StreamResponse:
     if problem is not None:
         job.reject(400)
         return _vllm_validation(request, problem[0], problem[1])
-    scores = await _score_documents(job, query_text, texts, None)
-    results = sorted(
-        ({"index": i, "document": {"text": d if isinstance(d, str) else None,
-                                   "multi_modal": None if isinstance(d, str) else d.get("content", [])},
-          "relevance_score": s}
-         for i, (d, s) in enumerate(zip(docs, scores))),
-        key=lambda r: r["relevance_score"], reverse=True)
+    assert query_text is not None  # a problem otherwise, answered above
+    documents = [t for t in texts if t is not None]  # all of them: a problem otherwise
+    scores = await _score_documents(job, query_text, documents, None)
+    ranked = sorted(enumerate(zip(docs, scores)), key=lambda pair: pair[1][1], reverse=True)
+    results = [{"index": i, "document": {"text": d if isinstance(d, str) else None,
+                                         "multi_modal": None if isinstance(d, str) else d.get("content", [])},
+                "relevance_score": s}
+               for i, (d, s) in ranked]
     if 0 < top_n < len(results):
         results = results[:top_n]
-    tokens = sum(pair_tokens(query_text, t) for t in texts)  # type: ignore[arg-type]
+    tokens = sum(pair_tokens(query_text, t) for t in documents)
     job.state.stats.prompt_tokens += tokens
     return json_body({"id": f"score-{uuid.uuid4().hex[:16]}", "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results})
