@@ -79,8 +79,7 @@ class PartMachine:
         self._new_id = new_call_id
 
     def feed(self, ev: c.Event) -> list[Part]:
-        kind = type(ev)
-        if kind is c.TextDelta:
+        if type(ev) is c.TextDelta:
             text = ev.text
             if not text:
                 return []
@@ -95,17 +94,17 @@ class PartMachine:
             if self.held_ws:
                 text, self.held_ws = self.held_ws + text, ""
             return [(TEXT, text, self._seal())]
-        if kind is c.ReasoningDelta:
+        if type(ev) is c.ReasoningDelta:
             if not ev.text:
                 return []
             self.reasoning.append(ev.text)
             return [(THOUGHT, ev.text, None)] if self._show else []
-        if kind is c.ToolCallStart:
+        if type(ev) is c.ToolCallStart:
             out = self._flush_calls()
             self.held_ws = ""
             self.calls.append(_Call(ev.index, call_id(ev.id, self._ids, self._new_id), ev.name))
             return out
-        if kind is c.ToolArgsDelta:
+        if type(ev) is c.ToolArgsDelta:
             if ev.fragment:
                 for call in self.calls:
                     if call.index == ev.index:
@@ -113,12 +112,12 @@ class PartMachine:
                         return []
                 self.dropped_tool_args += 1
             return []
-        if kind is c.Usage:
+        if type(ev) is c.Usage:
             self.usage = ev.over(self.usage)
-        elif kind is c.Finish:
+        elif type(ev) is c.Finish:
             if self.finish is None:
                 self.finish = ev
-        elif kind is c.UpstreamError:
+        elif type(ev) is c.UpstreamError:
             if self.error is None:
                 self.error = ev
         return []

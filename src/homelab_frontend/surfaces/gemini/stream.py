@@ -134,10 +134,10 @@ class GeminiStreamEncoder:
         # and the usage report that rides on most of vLLM's chunks
         if kind is _TextDelta and not (pm.calls or pm.held_ws or pm.reasoning):
             return self._text(event.text, self._text_tail) if event.text else b""
-        if kind is _Usage:
+        if type(event) is _Usage:
             pm.usage = event.over(pm.usage)
             return b""
-        if kind is c.UpstreamError:
+        if type(event) is c.UpstreamError:
             return self.fail(midstream_status(event.kind), event.message)
         parts = pm.feed(event)
         if not parts:
