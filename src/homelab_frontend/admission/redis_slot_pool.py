@@ -20,17 +20,30 @@ import asyncio
 import itertools
 import logging
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import Any, Coroutine, Protocol
 
 from ..errors import GatewayError
 from .lease import Holder, Lease, SharedLease
 from .redis_scripts import free_channel, leases_key, replica_of
 from .slots import QueueFront, WaitQueue, _Waiter
 
-if TYPE_CHECKING:  # the registry makes the pools: it imports this module
-    from .redis_registry import Registry
-
 log = logging.getLogger("homelab_frontend.cluster")
+
+
+class PoolRegistry(Protocol):
+    """What a pool asks of the registry that made it (redis_registry.Registry, which imports this
+    module: declared here rather than imported back)."""
+
+    replica: str
+    op_timeout: float
+    ok: bool
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
+    async def take(self, pool: RedisSlotPool, member: str, within: float | None = None) -> tuple[bool, int]: ...
+    async def give_back(self, pool: RedisSlotPool, members: list[str], within: float | None = None) -> None: ...
+    async def renew(self, pool: RedisSlotPool, drops: list[str], members: list[str]
+                    ) -> tuple[list[str], list[str], list[str]]: ...
+    def unreachable(self) -> GatewayError: ...
 
 POLL_S = 0.25  # a waiting replica re-checks this often even without a pub/sub message
 
@@ -49,7 +62,7 @@ class RedisSlotPool(QueueFront):
     view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
     check see the backend's real load; `held` is this replica's share."""
 
-    def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: Registry) -> None:
+    def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: PoolRegistry) -> None:
         self.name = name
         self.slots = slots
         self.in_use = 0
