@@ -108,6 +108,7 @@ Choices (and why)
 
 from __future__ import annotations
 
+import hmac
 from typing import Callable, Union
 
 import msgspec
@@ -293,6 +294,11 @@ _TRANSITIONS: dict[tuple[str, type], str] = {
 _BLOCK_FOR = {ReasoningDelta: THINKING, TextDelta: TEXT, ToolCallStart: TOOL, ToolArgsDelta: TOOL}
 
 
+def _uncached(prompt: int, cached: int | None) -> int:
+    """Anthropic's input_tokens: the prompt tokens the cache did not serve."""
+    return prompt - cached if cached is not None and cached <= prompt else prompt
+
+
 class AnthropicStreamEncoder:
     """Encodes one answer as Anthropic SSE. See the module docstring for the grammar and choices.
 
@@ -354,7 +360,7 @@ class AnthropicStreamEncoder:
         self._estimated_input = input_tokens
         self._finish_seen = False
         self._index = -1  # index of the last block opened
-        self._mac = None  # the open thinking block's MAC
+        self._mac: hmac.HMAC | None = None  # the open thinking block's MAC
         self._hide = hide_reasoning
         self._hidden: list[str] = []  # the open thinking block's text, when it is not shown
         self._tool_index = -1  # canonical index of the open tool call
@@ -378,10 +384,7 @@ class AnthropicStreamEncoder:
     def input_tokens(self) -> int | None:
         """Anthropic's input_tokens: uncached prompt tokens; None if unknown."""
         p = self.prompt_tokens
-        if p is None:
-            return None
-        c = self.cached_input_tokens
-        return p - c if c is not None and c <= p else p
+        return None if p is None else _uncached(p, self.cached_input_tokens)
 
     # the upstream's counts so far (canonical.Usage.over folds each report in)
     @property
@@ -407,33 +410,35 @@ class AnthropicStreamEncoder:
         if state is ENDED:
             return b""
         kind = type(event)
-        if kind is Usage:
+        if type(event) is Usage:
             self.usage = event.over(self.usage)
             return self._message_start() if state is IDLE else b""
-        if kind is UpstreamError:
+        if type(event) is UpstreamError:
             return self.fail(event.kind, event.message)
         head = b""
         if state is IDLE:
             head = self._message_start()
             state = MESSAGE
-        if kind is Finish:
+        if type(event) is Finish:
             if not self._finish_seen:
                 self._finish_seen = True
                 self.stop_reason = STOP_REASONS.get(event.reason, "end_turn")
                 self.stop_sequence = event.stop_sequence if event.reason == "stop_sequence" else None
             return head
         # a content event
-        if kind is ToolCallStart:
-            payload = None
+        call = None
+        if type(event) is ToolCallStart:
+            call = event
+            payload = ""
         else:
-            payload = event.text if kind is not ToolArgsDelta else event.fragment
+            payload = event.fragment if type(event) is ToolArgsDelta else event.text
             if not payload:
                 return head
         action = _TRANSITIONS[(state, kind)]
         if action is DELTA:
             return head + self._delta(payload)
         if action is ARGS:
-            if event.index == self._tool_index:
+            if type(event) is ToolArgsDelta and event.index == self._tool_index:
                 self._tool_has_args = True
                 return head + self._delta(payload)
             self.dropped_tool_args += 1
@@ -449,7 +454,7 @@ class AnthropicStreamEncoder:
             self._held_ws = ""
         # OPEN or SWITCH
         out = head + self._close() if action is not OPEN else head
-        return out + self._open(_BLOCK_FOR[kind], event, payload)
+        return out + self._open(_BLOCK_FOR[kind], call, payload)
 
     def finish(self) -> bytes:
         """The upstream ended normally: close the open block, message_delta, message_stop."""
@@ -495,7 +500,7 @@ class AnthropicStreamEncoder:
                 est = est()
             input_tokens = est if est is not None else 0
         else:
-            input_tokens = self.input_tokens
+            input_tokens = _uncached(prompt, cached)
         usage = _StartUsage(input_tokens, self.output_tokens or 0, cached)
         message = _Message(id=self.message_id, model=self.model, usage=usage)
         return _MESSAGE_START + _encode(_MessageStart(message)) + _END
@@ -508,26 +513,30 @@ class AnthropicStreamEncoder:
             if self._hide:
                 self._hidden.append(payload)
                 return b""
+            assert self._mac is not None  # opened with the block (_open), unless hidden
             self._mac.update(payload.encode())
         return self._delta_head + _encode(payload) + _DELTA_TAIL
 
-    def _open(self, block: str, event: Event, payload: str | None) -> bytes:
+    def _open(self, block: str, call: ToolCallStart | None, payload: str) -> bytes:
+        """Open a block of kind `block` (a TOOL block for `call`), with `payload` ("" for a
+        tool call: its arguments follow as deltas) as its first delta."""
         self._index += 1
         self.state = block
         self._delta_head = b"%s%d%s" % (_DELTA_HEAD, self._index, _DELTA_KIND[block])
-        if block is TEXT:
-            cb = _TEXT_BLOCK
-        elif block is THINKING:
-            cb = _THINKING_BLOCK
-            self._mac = self._signer.begin()
-        else:
-            tool_id = tool_use_id(event.id, self._tool_ids, self._new_tool_id)
-            cb = _ToolUseBlock(tool_id, event.name)
-            self._tool_index = event.index
+        cb: _TextBlock | _ThinkingBlock | _ToolUseBlock
+        if call is not None:
+            tool_id = tool_use_id(call.id, self._tool_ids, self._new_tool_id)
+            cb = _ToolUseBlock(tool_id, call.name)
+            self._tool_index = call.index
             self._tool_has_args = False
             self._held_ws = ""
+        elif block is TEXT:
+            cb = _TEXT_BLOCK
+        else:
+            cb = _THINKING_BLOCK
+            self._mac = self._signer.begin()
         out = _BLOCK_START + _encode(_BlockStart(self._index, cb)) + _END
-        if payload is not None:
+        if call is None:
             out += self._delta(payload)
         return out
 
@@ -541,6 +550,7 @@ class AnthropicStreamEncoder:
                 sig = _SignatureDelta(self._signer.seal("".join(self._hidden)))
                 self._hidden = []
             else:
+                assert self._mac is not None  # opened with the block (_open)
                 sig = _SignatureDelta(self._signer.finish(self._mac))
             self._mac = None
             out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, sig)) + _END
