@@ -235,24 +235,26 @@ class ResponsesStreamEncoder:
         if state is ENDED:
             return b""
         kind = type(event)
-        if kind is Usage:
+        if type(event) is Usage:
             self.usage = event.over(self.usage)
             return b""
-        if kind is UpstreamError:
+        if type(event) is UpstreamError:
             return self.fail("rate_limit_exceeded" if event.kind == "overloaded_error" else "server_error",
                              event.message)
         head = b""
         if state is IDLE:
             head = self._start()
             state = OPEN
-        if kind is Finish:
+        if type(event) is Finish:
             if self.finish_reason is None:
                 self.finish_reason = event.reason
             return head
-        if kind is ToolCallStart:
+        call = None
+        if type(event) is ToolCallStart:
+            call = event
             payload = ""
         else:
-            payload = event.fragment if kind is ToolArgsDelta else event.text
+            payload = event.fragment if type(event) is ToolArgsDelta else event.text
             if not payload:
                 return head
         if kind is ReasoningDelta:
@@ -261,7 +263,7 @@ class ResponsesStreamEncoder:
         if action is DELTA:
             return head + self._delta(payload)
         if action is ARGS:
-            if event.index == self._call_index:
+            if type(event) is ToolArgsDelta and event.index == self._call_index:
                 return head + self._delta(payload)
             self.dropped_tool_args += 1
             return head
@@ -274,7 +276,7 @@ class ResponsesStreamEncoder:
                 return head
             payload, self._held_ws = self._held_ws + payload, ""
         out = head + self._close("completed") if action is not NEW else head
-        return out + self._open(_ITEM_FOR[kind], event, payload)
+        return out + self._open(_ITEM_FOR[kind], call, payload)
 
     def finish(self) -> bytes:
         if self.state is ENDED:
@@ -332,7 +334,9 @@ class ResponsesStreamEncoder:
         self.seq = seq + 1
         return b"%s%d,\"delta\":%s}\n\n" % (self._head, seq, _encode(payload))
 
-    def _open(self, item: str, event: Event, payload: str) -> bytes:
+    def _open(self, item: str, call: ToolCallStart | None, payload: str) -> bytes:
+        """Open an output item of kind `item` (a function call for `call`), `payload` its first
+        delta ("" for none)."""
         self._index += 1
         self.state = item
         self._parts = []
@@ -344,14 +348,15 @@ class ResponsesStreamEncoder:
             iid = self._item_id = self._new_id("msg_")
             added = {"id": iid, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
         else:
+            assert call is not None  # a CALL item opens for its ToolCallStart
             iid = self._item_id = self._new_id("fc_")
-            call_id = event.id
+            call_id = call.id
             if not (call_id and _VALID_CALL_ID(call_id)) or call_id in self._call_ids:
                 call_id = self._new_id("call_")
             self._call_ids.add(call_id)
-            ns, name = self.names.get(event.name, (None, event.name))
+            ns, name = self.names.get(call.name, (None, call.name))
             self._call = (call_id, ns, name)
-            self._call_index = event.index
+            self._call_index = call.index
             self._held_ws = ""
             added = r.function_call_item(iid, call_id, name, ns, "", "in_progress")
         out = self._emit("response.output_item.added", {"output_index": idx, "item": added})
@@ -399,6 +404,7 @@ class ResponsesStreamEncoder:
             out = (self._emit("response.output_text.done", {**ref, "content_index": 0, "text": text, "logprobs": []})
                    + self._emit("response.content_part.done", {**ref, "content_index": 0, "part": r.output_text_part(text)}))
         else:
+            assert self._call is not None  # set when the call's item opened (_open)
             call_id, ns, name = self._call
             text = text or "{}"  # a call that streamed no arguments takes none: still JSON
             item = r.function_call_item(iid, call_id, name, ns, text, status)
