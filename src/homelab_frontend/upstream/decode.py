@@ -70,13 +70,14 @@ Quirks handled (and the choices made)
 from __future__ import annotations
 
 import json
-from typing import Literal, Union
+from typing import Literal, Protocol, Union
 
 import msgspec
 
 from ..canonical import (
     Event,
     Finish,
+    FinishReason,
     ReasoningDelta,
     TextDelta,
     ToolArgsDelta,
@@ -188,7 +189,7 @@ class ChunkHead(msgspec.Struct):
 decode_head = msgspec.json.Decoder(ChunkHead).decode
 _JSON = msgspec.json.Encoder()
 
-_FINISH_MAP = {
+_FINISH_MAP: dict[str, FinishReason] = {
     "stop": "stop",
     "length": "length",
     "tool_calls": "tool_calls",
@@ -198,13 +199,28 @@ _FINISH_MAP = {
 _FAILED_FINISH = frozenset({"abort", "error"})
 
 
-def _error_kind(type_: str | None, code: int | str | None) -> str:
+def _error_kind(type_: str | None, code: int | str | None) -> Literal["api_error", "overloaded_error"]:
     if code in (503, 529, "503", "529") or (type_ and "overloaded" in type_.lower()):
         return "overloaded_error"
     return "api_error"
 
 
-def _chunk_error(chunk: _Chunk) -> UpstreamError | None:
+class _ErrorShape(Protocol):
+    """Where an upstream says it failed, in a chunk or a whole body (_Chunk, _Embeddings)."""
+
+    @property
+    def object(self) -> str | None: ...
+    @property
+    def error(self) -> _ErrorInfo | str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def type(self) -> str | None: ...
+    @property
+    def code(self) -> int | str | None: ...
+
+
+def _chunk_error(chunk: _ErrorShape) -> UpstreamError | None:
     """An error chunk as an event; its text is cleaned here, at the source, since it is the
     upstream's own words and goes on to a client (no traceback, no internal address)."""
     err = chunk.error

@@ -56,21 +56,20 @@ class CompletionAssembler:
             if head.usage is not None:
                 self.usage = head.usage
         for ev in self._decoder.feed_chunk(chunk):
-            kind = type(ev)
-            if kind is c.TextDelta:
+            if type(ev) is c.TextDelta:
                 self.content.append(ev.text)
                 self.pieces += 1
-            elif kind is c.ReasoningDelta:
+            elif type(ev) is c.ReasoningDelta:
                 self.reasoning.append(ev.text)
                 self.pieces += 1
-            elif kind is c.ToolCallStart:
+            elif type(ev) is c.ToolCallStart:
                 self.tools[ev.index] = {"id": ev.id or None, "name": ev.name, "arguments": ""}
-            elif kind is c.ToolArgsDelta:
+            elif type(ev) is c.ToolArgsDelta:
                 self.tools[ev.index]["arguments"] += ev.fragment
                 self.pieces += 1
-            elif kind is c.Finish:
+            elif type(ev) is c.Finish:
                 self.finish = _FINISH.get(ev.reason, ev.reason)
-            elif kind is c.UpstreamError:
+            elif type(ev) is c.UpstreamError:
                 self.error = ev.message
 
     def result(self) -> dict:
