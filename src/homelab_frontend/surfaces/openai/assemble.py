@@ -28,7 +28,8 @@ _FINISH = {"stop_sequence": "stop"}  # canonical reasons that are not OpenAI's
 
 
 class CompletionAssembler:
-    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "error", "pieces", "_decoder")
+    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "counts", "error", "pieces",
+                 "_decoder")
 
     def __init__(self) -> None:
         self.head: dict = {}
@@ -36,7 +37,8 @@ class CompletionAssembler:
         self.reasoning: list[str] = []
         self.tools: dict[int, dict] = {}  # canonical index -> the call
         self.finish: str | None = None
-        self.usage: dict | None = None
+        self.usage: dict | None = None  # the last usage as the upstream sent it
+        self.counts = c.NO_USAGE  # its counts, each the latest reported (canonical.Usage.over)
         self.error: str | None = None  # the message of an in-band error chunk
         self.pieces = 0  # chunks that carried generated text or tool arguments
         self._decoder = ChunkDecoder()
@@ -69,6 +71,8 @@ class CompletionAssembler:
                 self.pieces += 1
             elif type(ev) is c.Finish:
                 self.finish = _FINISH.get(ev.reason, ev.reason)
+            elif type(ev) is c.Usage:
+                self.counts = ev.over(self.counts)
             elif type(ev) is c.UpstreamError:
                 self.error = ev.message
 

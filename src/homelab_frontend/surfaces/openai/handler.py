@@ -79,8 +79,7 @@ def _checked_completion(raw: bytes, ex: Exchange, t: Tracked) -> None:
     except ErrorBody as err:  # an error in a 200 body: not relayed as it is
         raise GatewayError("upstream_error", f"backend {_backend(ex).name!r} failed: {clean_message(str(err))}") from None
     if doc.usage is not None:
-        t.tokens_in, t.tokens_out = doc.usage.prompt_tokens, doc.usage.completion_tokens or 0
-        t.tokens_cached = doc.usage.cached
+        UsageFold(t, ex, first=False).add(doc.usage.prompt_tokens, doc.usage.completion_tokens, doc.usage.cached, 0)
 
 
 class _Chat:
@@ -177,14 +176,14 @@ async def _whole_from_stream(ex: Exchange, req: c.Request, t: Tracked, continuou
                               cause="broke") from None
     if not ex.complete:
         raise UpstreamFailure("upstream_error", f"backend {name!r} ended the stream without finishing it", cause="broke")
-    usage = asm.usage or {}
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    t.tokens_in = prompt if isinstance(prompt, int) else None
-    t.tokens_out = completion if isinstance(completion, int) else asm.pieces
+    counts = asm.counts
+    UsageFold(t, ex, first=False).add(counts.input_tokens, counts.output_tokens, counts.cached_input_tokens,
+                                      asm.pieces)
     return _encode(asm.result())
 
 
-async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, out: web.StreamResponse, ex: Exchange, t: Tracked, rewrite: ModelRewriter,
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, out: web.StreamResponse, ex: Exchange,
+                 t: Tracked, rewrite: ModelRewriter,
                  client_wants_usage: bool) -> None:
     done = False
     thought = False  # reasoning seen: only the first may carry vLLM's stray <think> (strip_think)
@@ -238,14 +237,12 @@ async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, out: we
                     if not info.choices and not client_wants_usage:
                         continue
                 elif generated:
-                    if fold.first:
-                        add(None, None, None, 1)
+                    if add(None, None, None, 1):
                         # the first token goes out at once, not after the rest of its batch
                         frames.append(b"data: " + payload + b"\n\n")
                         await ex.send(out, b"".join(frames))
                         frames = []
                         continue
-                    t.tokens_out += 1  # UsageFold.add's rule for a chunk with no usage, inline: the hot path
                 frames.append(b"data: " + payload + b"\n\n")
             if frames:
                 await ex.send(out, b"".join(frames))
