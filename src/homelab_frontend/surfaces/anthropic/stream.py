@@ -31,7 +31,7 @@ Content events, per state (`_TRANSITIONS` below is this table, and the code disp
     MESSAGE         open thinking      open text           open tool_use      drop
     THINKING        delta              close, open text    close, open tool   drop
     TEXT            close, open think  delta               close, open tool   drop
-    TOOL(j)         close, open think  close, open text (*) close, open tool  delta if i == j, else drop
+    TOOL(j)         close, open think  close, open text    close, open tool   delta if i == j, else drop
 
     open X  = content_block_start at the next index (0, 1, 2, ... in emission order, no gaps),
               then the first delta.
@@ -57,14 +57,9 @@ Choices (and why)
 * Empty deltas ("" text, reasoning or arguments) never open a block and emit nothing.
 * Reasoning after text or a tool opens a NEW thinking block; text after a tool a new text block;
   each ToolCallStart a new tool_use block (closing the previous one).
-* (*) Whitespace-only text right after a tool_use block is held (not emitted) while the tool block
-  stays open: vLLM can stream the `"\\n"` after `</tool_call>` as content and then send the call's
-  last argument bytes (its end-of-stream "unstreamed arguments" fix-up, vllm PR #45287). Closing
-  the tool block for that newline would make those bytes unplaceable. The held whitespace is
-  emitted in front of the next non-whitespace text (in a new text block); if a reasoning delta,
-  another tool call or the end comes first, it is dropped: a whitespace-only text block carries
-  nothing and the Anthropic API itself rejects blank text blocks in history. This is the only text
-  the encoder ever holds, and only whitespace.
+* Whitespace after a tool call that vLLM streams before the call's last argument bytes (vllm PR
+  #45287) is the chunk decoder's to hold (upstream/decode.py): here text after a tool_use block
+  closes it like any other.
 * Arguments for a tool call whose block is no longer open (true interleaving of two calls'
   arguments, which none of vLLM / Ollama / llama.cpp send: they stream calls one after another)
   cannot be expressed in the Anthropic grammar: they are dropped and counted in
@@ -268,7 +263,6 @@ DELTA = "delta"  # the open block takes this event
 SWITCH = "switch"  # close the open block, open one for this event
 DROP = "drop"  # not expressible: dropped (ToolArgsDelta only)
 ARGS = "args"  # ToolArgsDelta in a tool block: delta if it is the open call's, else drop
-TEXT_AFTER_TOOL = "text_after_tool"  # hold whitespace-only text, else switch
 
 _TRANSITIONS: dict[tuple[str, type], str] = {
     # state      event              action
@@ -285,7 +279,7 @@ _TRANSITIONS: dict[tuple[str, type], str] = {
     (TEXT, ToolCallStart): SWITCH,
     (TEXT, ToolArgsDelta): DROP,
     (TOOL, ReasoningDelta): SWITCH,
-    (TOOL, TextDelta): TEXT_AFTER_TOOL,
+    (TOOL, TextDelta): SWITCH,
     (TOOL, ToolCallStart): SWITCH,
     (TOOL, ToolArgsDelta): ARGS,
 }
@@ -332,7 +326,6 @@ class AnthropicStreamEncoder:
         "_hidden",
         "_tool_index",
         "_tool_has_args",
-        "_held_ws",
         "_tool_ids",
         "_delta_head",
     )
@@ -365,7 +358,6 @@ class AnthropicStreamEncoder:
         self._hidden: list[str] = []  # the open thinking block's text, when it is not shown
         self._tool_index = -1  # canonical index of the open tool call
         self._tool_has_args = False
-        self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
         self._tool_ids: set[str] = set()  # ids used in this message (they must be unique)
         self._delta_head = b""  # the open block's delta frame up to its payload string
 
@@ -446,12 +438,6 @@ class AnthropicStreamEncoder:
         if action is DROP:
             self.dropped_tool_args += 1
             return head
-        if action is TEXT_AFTER_TOOL:
-            if payload.isspace():
-                self._held_ws += payload
-                return head
-            payload = self._held_ws + payload
-            self._held_ws = ""
         # OPEN or SWITCH
         out = head + self._close() if action is not OPEN else head
         return out + self._open(_BLOCK_FOR[kind], call, payload)
@@ -529,7 +515,6 @@ class AnthropicStreamEncoder:
             cb = _ToolUseBlock(tool_id, call.name)
             self._tool_index = call.index
             self._tool_has_args = False
-            self._held_ws = ""
         elif block is TEXT:
             cb = _TEXT_BLOCK
         else:
@@ -555,7 +540,6 @@ class AnthropicStreamEncoder:
             self._mac = None
             out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, sig)) + _END
         elif state is TOOL:
-            self._held_ws = ""
             self._tool_index = -1
             if not self._tool_has_args:
                 out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, _InputJsonDelta(""))) + _END

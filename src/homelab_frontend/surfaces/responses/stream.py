@@ -46,7 +46,7 @@ code dispatches on:
     OPEN            open reasoning      open message          open call         drop
     REASONING       delta               close, open message   close, open call  drop
     MESSAGE         close, open reason  delta                 close, open call  drop
-    CALL(j)         close, open reason  close, open msg (*)   close, open call  delta if i == j, else drop
+    CALL(j)         close, open reason  close, open msg       close, open call  delta if i == j, else drop
 
     open X = output_item.added (+ content_part.added for reasoning and message), then the delta.
     close  = the item's .done events with its whole text / arguments, then output_item.done with
@@ -68,9 +68,8 @@ Choices (and why)
 -----------------
 * Empty deltas never open an item and emit nothing.
 * Reasoning after text or a call opens a NEW reasoning item, text after a call a new message.
-* (*) Whitespace-only text right after a function call is held while the call stays open, then
-  emitted before the next non-whitespace text or dropped: the same vLLM end-of-stream argument
-  fix-up as in the Anthropic encoder (vllm PR #45287), same rule.
+* Whitespace after a call that vLLM streams before the call's last argument bytes (vllm PR #45287)
+  is the chunk decoder's to hold (upstream/decode.py): here text after a call closes it.
 * Arguments for a call whose item is no longer open are dropped (counted in `dropped_tool_args`):
   no upstream interleaves calls, and an item that is done cannot grow.
 * Function names come back un-flattened: `names` maps the upstream name to (namespace, name).
@@ -129,7 +128,6 @@ DELTA = "delta"
 SWITCH = "switch"
 DROP = "drop"
 ARGS = "args"
-TEXT_AFTER_CALL = "text_after_call"
 
 _TRANSITIONS: dict[tuple[str, type], str] = {
     (OPEN, ReasoningDelta): NEW,
@@ -145,7 +143,7 @@ _TRANSITIONS: dict[tuple[str, type], str] = {
     (MESSAGE, ToolCallStart): SWITCH,
     (MESSAGE, ToolArgsDelta): DROP,
     (CALL, ReasoningDelta): SWITCH,
-    (CALL, TextDelta): TEXT_AFTER_CALL,
+    (CALL, TextDelta): SWITCH,
     (CALL, ToolCallStart): SWITCH,
     (CALL, ToolArgsDelta): ARGS,
 }
@@ -175,7 +173,7 @@ class ResponsesStreamEncoder:
 
     __slots__ = ("state", "seq", "base", "names", "sealer", "output", "finish_reason", "failed",
                  "usage", "dropped_tool_args", "summary", "reasoning_tokens", "counts_reasoning",
-                 "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index", "_held_ws",
+                 "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index",
                  "_head", "_call_ids", "_error")
 
     def __init__(self, *, base: dict, names: dict[str, tuple[str | None, str]] | None = None,
@@ -201,7 +199,6 @@ class ResponsesStreamEncoder:
         self._parts: list[str] = []  # the open item's text or argument fragments
         self._call: tuple[str, str | None, str] | None = None  # (call_id, namespace, name)
         self._call_index = -1  # canonical index of the open call
-        self._held_ws = ""
         self._head = b""  # the open item's delta frame up to its sequence number
         self._call_ids: set[str] = set()
         self._error: dict | None = None
@@ -270,11 +267,6 @@ class ResponsesStreamEncoder:
         if action is DROP:
             self.dropped_tool_args += 1
             return head
-        if action is TEXT_AFTER_CALL:
-            if payload.isspace():
-                self._held_ws += payload
-                return head
-            payload, self._held_ws = self._held_ws + payload, ""
         out = head + self._close("completed") if action is not NEW else head
         return out + self._open(_ITEM_FOR[kind], call, payload)
 
@@ -357,7 +349,6 @@ class ResponsesStreamEncoder:
             ns, name = self.names.get(call.name, (None, call.name))
             self._call = (call_id, ns, name)
             self._call_index = call.index
-            self._held_ws = ""
             added = r.function_call_item(iid, call_id, name, ns, "", "in_progress")
         out = self._emit("response.output_item.added", {"output_index": idx, "item": added})
         if item is REASONING and self.summary:
@@ -410,7 +401,6 @@ class ResponsesStreamEncoder:
             item = r.function_call_item(iid, call_id, name, ns, text, status)
             self._call = None
             self._call_index = -1
-            self._held_ws = ""
             out = self._emit("response.function_call_arguments.done", {**ref, "name": name, "arguments": text})
         self.output.append(item)
         self.state = OPEN
