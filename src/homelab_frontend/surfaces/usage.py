@@ -26,6 +26,8 @@ from ..request.exchange import Exchange
 from ..request.tracker import Tracked
 
 GENERATED = (c.TextDelta, c.ReasoningDelta, c.ToolArgsDelta)  # one token each, as the gateway counts
+_Usage = c.Usage
+_ToolCallStart = c.ToolCallStart
 
 
 class UsageFold:
@@ -40,20 +42,20 @@ class UsageFold:
 
     def chunk(self, events: list[c.Event]) -> bool:
         """The canonical events of one upstream chunk. -> True if they hold the first token."""
-        usage: c.Usage | None = None
+        usage: c.Event | None = None
         n = 0
         started = False
         for ev in events:
             kind = type(ev)
             if kind in GENERATED:
                 n += 1
-            elif type(ev) is c.Usage:
+            elif kind is _Usage:
                 usage = ev
-            elif kind is c.ToolCallStart:
+            elif kind is _ToolCallStart:
                 started = True
-        if usage is None:
-            return self.add(None, None, None, n, started)
-        return self.add(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, n, started)
+        if type(usage) is _Usage:
+            return self.add(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, n, started)
+        return self.add(None, None, None, n, started)
 
     def add(self, input_tokens: int | None, output_tokens: int | None, cached: int | None,
             generated: int, started: bool = False) -> bool:
@@ -78,5 +80,5 @@ class UsageFold:
     def whole(self, events: list[c.Event]) -> None:
         """A whole answer's events: only its usage counts."""
         for ev in events:
-            if type(ev) is c.Usage:
+            if type(ev) is _Usage:
                 self.add(ev.input_tokens, ev.output_tokens, ev.cached_input_tokens, 0)

@@ -399,6 +399,8 @@ class AnthropicStreamEncoder:
 
     def feed(self, event: Event) -> bytes:
         state = self.state
+        if type(event) is TextDelta and state is TEXT:  # the hot path: the open text block's delta
+            return self._delta(event.text) if event.text else b""
         if state is ENDED:
             return b""
         kind = type(event)

@@ -229,6 +229,8 @@ class ResponsesStreamEncoder:
 
     def feed(self, event: Event) -> bytes:
         state = self.state
+        if type(event) is TextDelta and state is MESSAGE:  # the hot path: the open message's delta
+            return self._delta(event.text) if event.text else b""
         if state is ENDED:
             return b""
         kind = type(event)
