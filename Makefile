@@ -41,6 +41,7 @@ demo: $(VENV)/.base
 # --durations=15: the 15 slowest tests end every run, so the next slow test is seen when it arrives
 test: $(VENV)/.test deps
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(PYTEST) -q $(PARALLEL) --durations=15 $(PYTEST_ARGS)
 
 # No `deps`: nothing outside the venv is needed. HLF_TEST_FAST makes a test that starts a real
@@ -51,10 +52,11 @@ FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOA
 	HLF_HYPOTHESIS_SCALE=$${HLF_HYPOTHESIS_SCALE:-0.25}
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(FAST_ENV) $(PYTEST) -q -n $(FAST_JOBS) --dist loadgroup -m 'not real' --durations=15 $(PYTEST_ARGS)
 
 # mypy over src/ ([tool.mypy] in pyproject.toml: defaults everywhere, strict in admission/,
-# request/ and lifecycle/)
+# request/ and lifecycle/); `test` and `test-fast` run it too, after the import layers
 typecheck: $(VENV)/.test
 	$(VENV)/bin/mypy
 

@@ -128,11 +128,10 @@ class GeminiStreamEncoder:
     def feed(self, event: c.Event) -> bytes:
         if self.state is ENDED:
             return b""
-        kind = type(event)
         pm = self._parts
         # the hot path, one call per streamed token: a text delta with nothing held before it,
         # and the usage report that rides on most of vLLM's chunks
-        if kind is _TextDelta and not (pm.calls or pm.reasoning):
+        if type(event) is _TextDelta and not (pm.calls or pm.reasoning):
             return self._text(event.text, self._text_tail) if event.text else b""
         if type(event) is _Usage:
             pm.usage = event.over(pm.usage)
