@@ -60,7 +60,8 @@ def _pool(name: str, b: cfgmod.Backend, cluster: Registry | None = None) -> Slot
 class Gateway:
     """Everything a request handler needs, and what survives a config reload."""
 
-    cfg: cfgmod.Config  # set by apply(), which __init__ calls
+    cfg: cfgmod.Config  # set by _apply(), which __init__ calls
+    auth: Auth
 
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
@@ -99,7 +100,7 @@ class Gateway:
             from ..lifecycle.cluster import Coordinator
 
             self.fleet.coord = Coordinator(self.cluster.client, self.cluster.replica, self.cluster.lease_s)
-        self.apply(cfg)
+        self._apply(cfg, None)
         self.responses = ResponsesState(self)  # reasoning sealer and the response store
 
     # -- configuration ------------------------------------------------------------------------
@@ -107,6 +108,10 @@ class Gateway:
     def apply(self, cfg: cfgmod.Config) -> None:
         """Swap in a validated config. Pools live on (held slots stay accounted); requests in
         flight keep the route they resolved; new requests see the new table."""
+        self._apply(cfg, self.cfg)
+
+    def _apply(self, cfg: cfgmod.Config, before: cfgmod.Config | None) -> None:
+        """`before`: the config applied until now (None at start-up)."""
         problems = cfgmod.environment_problems(cfg)  # what `check` asks too
         if problems:
             raise cfgmod.ConfigError(problems)  # before anything changes
@@ -114,7 +119,8 @@ class Gateway:
             log.warning("config: %s", warning)
         auth = Auth(cfg.auth)
         forwarding = Forwarding(cfg.connections.trusted_proxies, cfg.connections.forwarded_header)
-        auth.inherit(getattr(self, "auth", None))
+        if before is not None:
+            auth.inherit(self.auth)
         self.fleet.configure(cfg)
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
@@ -140,9 +146,9 @@ class Gateway:
         for name in list(self.backends):
             if name not in cfg.backends and not self.peer_child(name, cfg):
                 self.drop_if_idle(name)  # still-busy removed backends linger until idle
-        if hasattr(self, "cfg"):
+        if before is not None:
             for section in ("cluster", "usage", "tracing"):  # budgets (auth.keys) do apply now
-                if getattr(cfg, section) != getattr(self.cfg, section):
+                if getattr(cfg, section) != getattr(before, section):
                     log.warning("%s: changes to the %s section take effect at the next restart", section, section)
         self.cfg = cfg
         self.auth = auth
