@@ -43,6 +43,7 @@ class _Client:
 class _Exchange:
     def __init__(self, batches: list[list[bytes]]) -> None:
         self.t = Tracked("req_o", "openai", "m", None, True)
+        self.t.connecting()  # the slot held, as request.exchange has it before the upstream is asked
         self.client = _Client(batches)
         self.backend = SimpleNamespace(name="b")
         self.progress = 0
