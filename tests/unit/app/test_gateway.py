@@ -102,3 +102,23 @@ assert not loaded, loaded
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_large_body_is_parsed_on_a_worker_thread_and_a_small_one_on_the_loop(gw):
+    """Off the loop from OFF_LOOP_BYTES on: the thread that ran the parse is the evidence (how
+    much that keeps a stream flowing on a busy machine is bench's to measure, not a test's)."""
+    import threading
+
+    from homelab_frontend.app.gateway import OFF_LOOP_BYTES
+
+    def where(body: bytes) -> int:
+        return threading.get_ident()
+
+    async def main() -> tuple[int, int, int]:
+        loop_thread = threading.get_ident()
+        small = await gw.parse(b'{"model": "m"}', where)
+        big = await gw.parse(b'{"model": "m", "x": "' + b"a" * OFF_LOOP_BYTES + b'"}', where)
+        return loop_thread, small, big
+
+    loop_thread, small, big = asyncio.new_event_loop().run_until_complete(main())
+    assert small == loop_thread and big != loop_thread
