@@ -44,6 +44,7 @@ demo: $(VENV)/.base
 # its lines or a stated reason (tests/support/coverage_floor.py). `make test-fast` does not measure.
 test: $(VENV)/.test deps
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(PY) -m coverage erase && PYTHONDONTWRITEBYTECODE= $(PY) -m coverage run -m pytest -q $(PARALLEL) --durations=15 $(PYTEST_ARGS)
 	$(PY) -m coverage combine -q
 	$(PY) tests/support/coverage_floor.py
@@ -56,10 +57,11 @@ FAST_ENV := HLF_TEST_FAST=1 HLF_FUZZ_EXAMPLES=$${HLF_FUZZ_EXAMPLES:-150} HLF_SOA
 	HLF_HYPOTHESIS_SCALE=$${HLF_HYPOTHESIS_SCALE:-0.25}
 test-fast: $(VENV)/.test
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 	$(FAST_ENV) $(PYTEST) -q -n $(FAST_JOBS) --dist loadgroup -m 'not real' --durations=15 $(PYTEST_ARGS)
 
 # mypy over src/ ([tool.mypy] in pyproject.toml: defaults everywhere, strict in admission/,
-# request/ and lifecycle/)
+# request/ and lifecycle/); `test` and `test-fast` run it too, after the import layers
 typecheck: $(VENV)/.test
 	$(VENV)/bin/mypy
 

@@ -87,7 +87,7 @@ async def _handoffs(a, b, n: int) -> list[float]:
 async def compare(redis_url: str, n: int = 500, handoffs: int = 50, lease_s: float = 10.0) -> dict:
     """-> {"acquire": {"in_process": stats, "redis": stats, "added_p50_ms", "added_p99_ms"},
            "handoff": {"redis": stats}} with stats = {p50_ms, p90_ms, p99_ms, mean_ms, n}."""
-    from homelab_frontend.admission.redis_leases import Registry  # needs the redis extra
+    from homelab_frontend.admission.redis_registry import Registry  # needs the redis extra
 
     local = SlotPool("bench", 8, 64, 30.0)
     await _acquire_cycles(local, min(n, 100))  # warm-up

@@ -60,7 +60,7 @@ async def _cancels(a, b, client: str, n: int) -> list[float]:
 
 
 async def compare(redis_url: str, n: int = 1000) -> dict:
-    from homelab_frontend.admission.redis_leases import Registry  # needs the redis extra
+    from homelab_frontend.admission.redis_registry import Registry  # needs the redis extra
     from homelab_frontend.admission.redis_supersede import SharedSupersede
 
     client = f"bench-{os.getpid()}"

@@ -9,6 +9,8 @@ completion's behaviour is chosen by the `model` in the request body (the gateway
 `upstream_model`), for streaming and non-streaming requests alike. `GET /stats` reports the
 connections it holds open right now (`open`), so a test can see the gateway let go of them;
 `GET /events` when each chat request arrived and when a held connection was closed by the gateway.
+`POST /late-models {"late": N, "delay_s": S}` makes the next N answers to `GET /v1/models` come S
+seconds late (a busy server); `/stats` counts the asks (`models_asked`) and the late ones left.
 
 Faults (model name -> what happens):
     hang-headers   reads the request, never answers
@@ -247,10 +249,19 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             body = await r.readexactly(int(headers.get("content-length", "0")))
             if method == "GET" and path.endswith("/models"):
+                MODELS["asked"] += 1
+                if MODELS["late"] > 0:  # a busy server: the answer comes, but late
+                    MODELS["late"] -= 1
+                    await asyncio.sleep(MODELS["delay_s"])
                 await _whole(w, 200, b'{"object":"list","data":[]}')
                 continue
+            if method == "POST" and path == "/late-models":
+                MODELS.update(json.loads(body))
+                await _whole(w, 200, b"{}")
+                continue
             if method == "GET" and path == "/stats":
-                await _whole(w, 200, json.dumps({"open": OPEN - 1}).encode())
+                await _whole(w, 200, json.dumps({"open": OPEN - 1, "models_asked": MODELS["asked"],
+                                                 "models_late": MODELS["late"]}).encode())
                 continue
             if method == "GET" and path == "/events":
                 await _whole(w, 200, json.dumps(EVENTS).encode())
@@ -281,6 +292,9 @@ async def _serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
 
 
 LAST_HEADERS: dict[str, str] = {}
+# GET /models: how often it was asked, and how many of the next answers come `delay_s` late
+# (POST /late-models {"late": N, "delay_s": S})
+MODELS: dict[str, float] = {"asked": 0, "late": 0, "delay_s": 0.0}
 EVENTS: list[tuple[float, str, str]] = []  # (monotonic time, "request" | "closed", model), for /events
 
 

@@ -9,7 +9,7 @@ nothing here knows either.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal, Union, final
 
 import msgspec
 
@@ -95,25 +95,30 @@ class Request(msgspec.Struct):
 FinishReason = Literal["stop", "length", "tool_calls", "stop_sequence", "content_filter"]
 
 
+@final
 class ReasoningDelta(msgspec.Struct, tag="reasoning", frozen=True):
     text: str
 
 
+@final
 class TextDelta(msgspec.Struct, tag="text", frozen=True):
     text: str
 
 
+@final
 class ToolCallStart(msgspec.Struct, tag="tool_start", frozen=True):
     index: int  # the upstream's tool-call index; arguments for it follow as ToolArgsDelta
     id: str
     name: str
 
 
+@final
 class ToolArgsDelta(msgspec.Struct, tag="tool_args", frozen=True):
     index: int
     fragment: str
 
 
+@final
 class Usage(msgspec.Struct, tag="usage", frozen=True):
     # Counts as the upstream reported them so far; None: not reported (never invent a 0).
     input_tokens: int | None = None
@@ -142,11 +147,13 @@ class Usage(msgspec.Struct, tag="usage", frozen=True):
 NO_USAGE = Usage()
 
 
+@final
 class Finish(msgspec.Struct, tag="finish", frozen=True):
     reason: FinishReason
     stop_sequence: str | None = None
 
 
+@final
 class UpstreamError(msgspec.Struct, tag="error", frozen=True):
     """The upstream failed after the answer started (socket closed, error chunk, idle timeout)."""
 
@@ -154,4 +161,6 @@ class UpstreamError(msgspec.Struct, tag="error", frozen=True):
     kind: Literal["api_error", "overloaded_error", "timeout_error"] = "api_error"
 
 
+# The event classes are final: encoders dispatch on `type(event) is X` (one identity test per
+# event on the hot path), which a checker can narrow only for a class nothing subclasses.
 Event = Union[ReasoningDelta, TextDelta, ToolCallStart, ToolArgsDelta, Usage, Finish, UpstreamError]

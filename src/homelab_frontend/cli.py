@@ -56,17 +56,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _print_resource_plan(cfg: cfgmod.Config) -> None:
     """Managed backends: what each uses of `resources`, and which cannot run at the same time."""
-    managed = {n: b for n, b in cfg.backends.items() if b.run is not None}
+    managed = {n: b.run for n, b in cfg.backends.items() if b.run is not None}
     if not managed:
         return
     print("resources:" if cfg.resources else "resources: (none declared: managed backends never wait for room)")
     for r, total in cfg.resources.items():
-        users = ", ".join(f"{n} {b.run.uses[r]:g}" for n, b in managed.items() if r in b.run.uses)
+        users = ", ".join(f"{n} {run.uses[r]:g}" for n, run in managed.items() if r in run.uses)
         print(f"  {r:<16} {total:g}  (used by: {users or 'nobody'})")
     print(f"managed backends (started on demand, swapped by policy {cfg.lifecycle.policy}"
           + (f", swap after {cfg.lifecycle.swap_after_s:g} s" if cfg.lifecycle.policy == "batch" else "") + "):")
-    for n, b in managed.items():
-        run = b.run
+    for n, run in managed.items():
         uses = " ".join(f"{r}={v:g}" for r, v in run.uses.items()) or "nothing"
         ttl = f"idle_ttl {run.idle_ttl_s:g}s" if run.idle_ttl_s else "no idle stop"
         print(f"  {n:<16} uses {uses:<14} {ttl}, unload {run.unload}, start_timeout {run.start_timeout_s:g}s"
@@ -75,9 +74,9 @@ def _print_resource_plan(cfg: cfgmod.Config) -> None:
     clashes = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            over = [f"{r}: {managed[a].run.uses[r] + managed[b].run.uses[r]:g} > {cfg.resources[r]:g}"
-                    for r in managed[a].run.uses if r in managed[b].run.uses
-                    and managed[a].run.uses[r] + managed[b].run.uses[r] > cfg.resources[r] + 1e-9]
+            ua, ub = managed[a].uses, managed[b].uses
+            over = [f"{r}: {ua[r] + ub[r]:g} > {cfg.resources[r]:g}"
+                    for r in ua if r in ub and ua[r] + ub[r] > cfg.resources[r] + 1e-9]
             if over:
                 clashes.append(f"{a} + {b} ({'; '.join(over)})")
     if clashes:

@@ -177,7 +177,8 @@ class Backend(msgspec.Struct, forbid_unknown_fields=True):
     limits: ReadLimits = msgspec.field(default_factory=ReadLimits)
     """What is read from it at most."""
     health_interval_s: float = 10.0
-    """Seconds between its GET /v1/models probes (never a generation)."""
+    """Seconds between its GET /v1/models probes (never a generation); a probe not answered
+    within min(5 s, this) is late, and three late in a row mark the backend down."""
     health_path: str | None = None
     """For a server without GET /v1/models (whisper.cpp's, stable-diffusion.cpp's): the path, from the
     server's root, whose 200 is its health and readiness; null: /v1/models (kind whispercpp: /health)."""
@@ -520,7 +521,8 @@ def _locate(typ: Any, raw: Any, steps: list[str | int | None]) -> tuple[Any, lis
     """Follow a msgspec error path through the schema and the raw document together: the type
     there, the path with the dict keys msgspec left out (`[...]`) filled in from the document (the
     first entry that does not convert), and the raw value there (when the document has one)."""
-    t, found, path = typ, True, []
+    t, found = typ, True
+    path: list[str | int] = []
     for step in steps:
         nxt = None
         for alt in _alternatives(t):
@@ -625,7 +627,7 @@ def _convert(prefix: str, raw: Any, typ: type, problems: list[str]) -> Any:
     found_any = False
     for _ in range(100):
         try:
-            got = msgspec.convert(raw, typ, strict=True)
+            got: Any = msgspec.convert(raw, typ, strict=True)  # an instance of typ, whichever it is
             return None if found_any else got
         except msgspec.ValidationError as err:
             e = schema_errors.read(err)
@@ -775,14 +777,14 @@ def _check(cfg: Config, raw_backends: dict) -> list[str]:
         if pattern in cfg.models:
             problems.append(f"aliases.{pattern}: shadows the model of the same name")
     seen: set[str] = set()
-    for i, k in enumerate(cfg.auth.keys):
-        if (k.key is None) == (k.key_env is None):
+    for i, ak in enumerate(cfg.auth.keys):
+        if (ak.key is None) == (ak.key_env is None):
             problems.append(f"auth.keys[{i}]: give exactly one of key or key_env")
-        elif k.key is not None and not k.key:
+        elif ak.key is not None and not ak.key:
             problems.append(f"auth.keys[{i}].key: must not be empty")
-        if k.name in seen:
-            problems.append(f"auth.keys[{i}].name: duplicate name {k.name!r}")
-        seen.add(k.name)
+        if ak.name in seen:
+            problems.append(f"auth.keys[{i}].name: duplicate name {ak.name!r}")
+        seen.add(ak.name)
     if cfg.cluster is not None:
         if not cfg.cluster.redis_url.startswith(("redis://", "rediss://", "unix://")):
             problems.append(f"cluster.redis_url: {cfg.cluster.redis_url!r} is not a redis URL")

@@ -1,4 +1,4 @@
-"""A Redis that answers late is not a Redis that is gone (admission/redis_leases.py, "Late is not
+"""A Redis that answers late is not a Redis that is gone (admission/redis_registry.py, "Late is not
 gone"): real gateway replicas, a real redis-server frozen with SIGSTOP, the stub backend's own
 count of concurrent generations.
 

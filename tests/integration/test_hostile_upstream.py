@@ -8,22 +8,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from gwproc import Gateway, config_for
-from bench.childproc import wait_listening
 from rawhttp import post_and_vanish, post_raw, sse_data, sse_events
 from stubproc import wait_for
+from support.hostile import Hostile
 
-HOSTILE = Path(__file__).resolve().parents[1] / "hostile_upstream.py"
 MiB = 1024 * 1024
 
 FAULTS = ["hang-headers", "hang-body", "huge-line", "huge-body", "huge-length", "invalid-json", "choices-null",
@@ -32,30 +28,6 @@ FAULTS = ["hang-headers", "hang-body", "huge-line", "huge-body", "huge-length", 
 
 EMBEDDING_FAULTS = ["embed-short", "embed-strings"]
 OTHER_FAULTS = ["interleaved", "think-merged", "slow-eof"]
-
-
-class Hostile:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(HOSTILE), "--port", "0"], stdout=subprocess.PIPE)
-        url = wait_listening(self.proc, 10)
-        assert url, "hostile upstream did not start"
-        self.url = url
-        self.base = url + "/v1"
-
-    def get(self, path: str) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=5) as r:
-            return json.loads(r.read())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
 
 
 def _config(base: str, **backend) -> dict:

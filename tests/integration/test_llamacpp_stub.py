@@ -5,7 +5,7 @@ leak check, and connections the upstream closes right after a stream."""
 
 from __future__ import annotations
 
-import time
+import re
 
 import anthropic
 import openai
@@ -58,11 +58,14 @@ PLAIN = {"/chat/completions": {"max_tokens": 500, "messages": [{"role": "user", 
 def test_a_plain_request_whose_client_leaves_is_cancelled_upstream(gw, llama_stub, path):
     llama_stub.reset()
     before = llama_stub.log_text().count("cancelled")
+    completed = llama_stub.log_text().count("completed")
     post_and_vanish(gw.base + path, {"model": MODEL, **PLAIN[path]}, after_s=0.4)
-    gone = time.monotonic()
-    wait_for(lambda: llama_stub.log_text().count("cancelled") == before + 1, 1.0)
-    assert time.monotonic() - gone <= 1.0
-    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 1.0)
+    # the upstream's own word: its generation (400 tokens at 20 ms, 8 s) was cut short, not
+    # read to its end; how soon is load, not behaviour (a busy machine took over a second)
+    wait_for(lambda: llama_stub.log_text().count("cancelled") == before + 1, 30)
+    cut = re.findall(r"cancelled id=\S+ after (\d+) tokens", llama_stub.log_text())[-1]
+    assert int(cut) < 400 and llama_stub.log_text().count("completed") == completed
+    wait_for(lambda: llama_stub.stats()["in_flight"] == 0, 10)
 
 
 def test_stop_sequence_matched_by_the_gateway_has_integer_usage(gw):

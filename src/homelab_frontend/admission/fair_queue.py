@@ -2,7 +2,7 @@
 
 Highest priority first; within a priority, round-robin between keys (a key that was just served
 goes behind the others, so one key's burst cannot starve another); FIFO within a key. The slot
-stores (`slots.SlotPool` in process, `redis_leases.RedisSlotPool` across replicas) decide *when*
+stores (`slots.SlotPool` in process, `redis_slot_pool.RedisSlotPool` across replicas) decide *when*
 a slot is free and perform the grant; this decides only *whom* it goes to.
 """
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 from typing import Protocol
 
-# The request record's phases while it waits (request.tracker uses the same words).
-QUEUED = "queued"
-LOADING = "loading"  # its managed backend is starting
-
-
 class Holder(Protocol):
-    """The request a slot is taken for (request.tracker.Tracked): its id names a shared lease, its
-    phase shows where it waits, its load wait is counted, and a lease that can no longer be
-    vouched for stops it (`cancel`). Declared here: admission does not import the request layer."""
+    """The request a slot is taken for (request.tracker.Tracked): its id names a shared lease, the
+    queue moves its phase (`queued`, `loading`: the record owns the phase and checks each move),
+    its load wait is counted, and a lease that can no longer be vouched for stops it (`cancel`).
+    Declared here: admission does not import the request layer."""
 
     id: str
-    phase: str
     load_wait: float
+
+    def queued(self) -> None:
+        """Waiting for a slot (not, or no longer, for its managed backend to start)."""
+
+    def loading(self) -> None:
+        """Waiting for its managed backend to start."""
 
     def cancel(self, reason: str, message: str = "") -> bool: ...
 
@@ -45,7 +46,7 @@ class Lease:
 
 
 class SharedLease(Lease):
-    """A slot held in a store shared between replicas (redis_leases.py). `member` names it there;
+    """A slot held in a store shared between replicas (redis_registry.py). `member` names it there;
     `valid_from` is the loop time the last take or renewal covering it was sent (the lease ends no
     earlier than valid_from + lease_s); `bound` is set once the slot is the request's; `fenced`
     once the request was stopped for a lease that could not be vouched for."""

@@ -1,8 +1,28 @@
-"""The Lua scripts behind the Redis slot leases (redis_leases.py has the theory of operation).
+"""The Redis slot leases' keys and the Lua scripts behind them (redis_registry.py has the theory
+of operation).
 
-Each runs atomically in Redis. KEYS[1] is a backend's lease set, KEYS[2] (where used) the epoch
-key. Times are milliseconds of Redis's own clock (`TIME`), so the replicas' clocks never matter.
+Each script runs atomically in Redis. KEYS[1] is a backend's lease set, KEYS[2] (where used) the
+epoch key. Times are milliseconds of Redis's own clock (`TIME`), so the replicas' clocks never matter.
 """
+
+PREFIX = "hlf"
+EPOCH_KEY = f"{PREFIX}:epoch"
+FREE_PATTERN = f"{PREFIX}:free:*"
+
+
+def leases_key(backend: str) -> str:
+    """A backend's lease set: one member `<replica>:<request id>` per held slot."""
+    return f"{PREFIX}:slots:{backend}"
+
+
+def free_channel(backend: str) -> str:
+    """Where a backend's given-back slots are announced (pub/sub)."""
+    return f"{PREFIX}:free:{backend}"
+
+
+def replica_of(member: str) -> str:
+    return member.rsplit(":", 1)[0]
+
 
 # The epoch key holds "<grace end> <epoch start>" (ms); `holder` is 1 when the calling replica
 # holds slots, `discovery` the short grace for one that holds none (see the docstring).

@@ -1,7 +1,7 @@
 """Latest wins across replicas: a client's new completion cancels its older one on any replica.
 
 Imported only with a `cluster:` section (the gateway then uses `SharedSupersede` instead of
-supersede.Supersede); it talks to the Redis the slot registry (redis_leases.py) already holds.
+supersede.Supersede); it talks to the Redis the slot registry (redis_registry.py) already holds.
 
 Design note
 -----------
@@ -27,7 +27,7 @@ completions on a model is the newest; then each replica cancels what it holds th
   number heard from elsewhere while a registration of the same key is on its way to Redis is
   remembered until it is back (the pub/sub message and the script's answer travel on different
   connections, in either order).
-- Late is not gone (redis_leases.py). A registration waits for Redis's answer as long as any
+- Late is not gone (redis_registry.py). A registration waits for Redis's answer as long as any
   cluster call does (until Redis counts as gone, half a lease), not a fraction of it.
 - Degrading. Without Redis (unreachable, or no answer until it counts as gone) a request gets no
   number and the rule is the one-process one: it cancels the older one held on this replica. It
@@ -58,7 +58,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Hashable
 
-from .redis_leases import kept_cancel
+from .redis_registry import kept_cancel
 from .supersede import MESSAGE, Cancellable, wait_ended
 
 log = logging.getLogger("homelab_frontend.cluster")
@@ -173,14 +173,14 @@ class Book:
 class SharedSupersede:
     """The gateway's latest-wins table when replicas share a Redis: `latest` as in
     supersede.Supersede, ordered and told across replicas (module docstring). `registry` is the
-    slot registry (redis_leases.Registry): its client, replica id, call bound and `ok`."""
+    slot registry (redis_registry.Registry): its client, replica id, call bound and `ok`."""
 
     def __init__(self, registry: Any) -> None:
         self.reg = registry
         self.book = Book()
         self.superseded = 0  # requests cancelled here, for a newer one here or elsewhere
         self._register = registry.client.register_script(REGISTER)
-        self._listener: asyncio.Task | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._local_only = False  # Redis failed us: said once, until it answers again
         self._closed = False
         self._tokens = itertools.count()

@@ -12,7 +12,7 @@ queue clock, what a waiter that leaves must undo, the hold-time estimate behind 
 routing's expected wait); each store owns one and decides only how a slot is taken and given back.
 `SlotPool` keeps the count in process: the fast path (a free slot, nobody waiting, the backend
 admitting) is a counter increment, and a release hands its slot to the next waiter synchronously.
-`redis_leases.RedisSlotPool` takes slots as Redis leases, an await, by a granter task of its own.
+`redis_slot_pool.RedisSlotPool` takes slots as Redis leases, an await, by a granter task of its own.
 Both implement `SlotStore`: `acquire` returns a `Lease` (lease.py) and `release` takes it back.
 
 A backend that does not always admit (a managed one, lifecycle/: stopped, loading, drained for a
@@ -31,7 +31,7 @@ from typing import Callable, Protocol
 
 from ..errors import GatewayError
 from .fair_queue import FairQueue
-from .lease import LOADING, QUEUED, Holder, Lease
+from .lease import Holder, Lease
 
 
 class Gate(Protocol):
@@ -59,7 +59,7 @@ class Gate(Protocol):
 class _Waiter:
     __slots__ = ("fut", "key", "priority", "holder", "arrived", "budget", "armed_at", "timer", "loading_since")
 
-    def __init__(self, fut: asyncio.Future, key: str, priority: int, holder: Holder | None,
+    def __init__(self, fut: asyncio.Future[Lease], key: str, priority: int, holder: Holder | None,
                  budget: float = 0.0) -> None:
         self.fut = fut
         self.key = key
@@ -72,7 +72,7 @@ class _Waiter:
         self.loading_since: float | None = None
 
 
-def granted(fut: asyncio.Future) -> bool:
+def granted(fut: asyncio.Future[Lease]) -> bool:
     return fut.done() and not fut.cancelled() and fut.exception() is None
 
 
@@ -189,13 +189,13 @@ class WaitQueue:
         now = time.monotonic()
         if self.loading:
             if w.holder is not None:
-                w.holder.phase = LOADING
+                w.holder.loading()
             self._disarm(w, now)
             if w.loading_since is None:
                 w.loading_since = now
             return
         if w.holder is not None:
-            w.holder.phase = QUEUED
+            w.holder.queued()
         self._end_loading(w, now)
         if w.timer is None:
             w.armed_at = now
@@ -248,7 +248,7 @@ class WaitQueue:
             self.queued -= 1
             self._settle(w)
             if w.holder is not None:
-                w.holder.phase = QUEUED  # its turn: no longer waiting for a load
+                w.holder.queued()  # its turn: no longer waiting for a load
         return w
 
     def peek(self) -> _Waiter | None:
@@ -261,7 +261,7 @@ class WaitQueue:
 
 
 class SlotStore(Protocol):
-    """A backend's slots, whichever store keeps them (`SlotPool`, `redis_leases.RedisSlotPool`).
+    """A backend's slots, whichever store keeps them (`SlotPool`, `redis_slot_pool.RedisSlotPool`).
     `acquire` admits through the store's `WaitQueue` and returns the lease; `release` takes that
     lease back (once); `grant` serves the queue after its gate opened."""
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import AsyncIterator, Protocol
+from typing import Any, AsyncIterator, Protocol
 
 MESSAGE = "superseded: a newer completion from the same client replaced this one"
 
@@ -39,7 +39,11 @@ END_WAIT_S = 1.0
 
 
 class Cancellable(Protocol):
-    """What a request's record offers (request.tracker.Tracked: `cancel`, and its `task`)."""
+    """What a request's record offers (request.tracker.Tracked): `cancel`, and the `task` running
+    it (None: nothing to wait for), which `wait_ended` waits on."""
+
+    @property
+    def task(self) -> asyncio.Task[Any] | None: ...
 
     def cancel(self, reason: str, message: str = "") -> bool: ...
 
@@ -53,8 +57,8 @@ class LatestWins(Protocol):
 
 async def wait_ended(prev: Cancellable) -> None:
     """Let the cancelled `prev` end (at most END_WAIT_S): see `Supersede.latest`."""
-    task = getattr(prev, "task", None)
-    if isinstance(task, asyncio.Task) and not task.done() and task is not asyncio.current_task():
+    task = prev.task
+    if task is not None and not task.done() and task is not asyncio.current_task():
         await asyncio.wait((task,), timeout=END_WAIT_S)
     else:
         await asyncio.sleep(0)

@@ -136,7 +136,7 @@ class _Guarded(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
 
-    def connection_lost(self, exc: BaseException | None) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         if self.admitted:
             self.guard.forget(self)
@@ -159,8 +159,9 @@ class _Guarded(asyncio.Protocol):
         return self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
-        if not self.closing:
-            self.transport.close()
+        transport = self.transport
+        if transport is not None and not transport.is_closing():  # not self.closing, spelled out for mypy
+            transport.close()
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()

@@ -1,4 +1,5 @@
-"""The gateway's live state: config applied and reloaded, backends and their clients, probes.
+"""The gateway's live state: config applied and reloaded, backends and their clients (their
+probes are app/probes.py's).
 
 One `Gateway` per process. It is what survives a config reload (pools keep their accounting,
 replaced upstream clients are retired once their streams end) and what every surface handler is
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import os
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, AsyncIterator, Callable, TypeVar
 
 from aiohttp import web
 
@@ -21,7 +22,6 @@ from ..admission.slots import SlotPool
 from ..admission.supersede import LatestWins, Supersede
 from ..errors import GatewayError
 from ..lifecycle.fleet import Fleet
-from ..ops import health
 from ..ops.accesslog import AccessLog
 from ..ops.metrics import Metrics
 from ..policy import limits
@@ -35,9 +35,14 @@ from ..tracing import otel
 from ..upstream import backend_kind
 from ..upstream.client import UpstreamClient
 from ..usage import Ledger
-from . import peers
 from .connguard import ConnectionGuard
+from .probes import Probes
 from .timing import server_timing
+
+if TYPE_CHECKING:  # imported at run time only with a `cluster:` section (they import redis's users)
+    from ..admission.redis_registry import Registry
+    from ..admission.redis_slot_pool import RedisSlotPool
+    from ..admission.redis_supersede import SharedSupersede
 
 log = logging.getLogger("homelab_frontend")
 T = TypeVar("T")
@@ -46,7 +51,7 @@ BODY_BYTES = web.RequestKey("hlf_body_bytes", int)  # the body's size (the ledge
 OFF_LOOP_BYTES = 1 << 20  # bodies from this size on are parsed off the event loop
 
 
-def _pool(name: str, b: cfgmod.Backend, cluster=None) -> SlotPool:
+def _pool(name: str, b: cfgmod.Backend, cluster: Registry | None = None) -> SlotPool | RedisSlotPool:
     if cluster is not None:  # replicas share the slots through Redis (slots_redis)
         return cluster.pool(name, b.slots, b.queue.depth, b.queue.timeout_s)
     return SlotPool(name, b.slots, b.queue.depth, b.queue.timeout_s)
@@ -55,19 +60,25 @@ def _pool(name: str, b: cfgmod.Backend, cluster=None) -> SlotPool:
 class Gateway:
     """Everything a request handler needs, and what survives a config reload."""
 
+    cfg: cfgmod.Config  # set by _apply(), which __init__ calls
+    auth: Auth
+
     def __init__(self, cfg: cfgmod.Config, config_path: str | None = None) -> None:
         self.config_path = config_path
         self.tracker = Tracker()
         self.supersede: LatestWins = Supersede()  # latest-wins completions (admission/supersede.py)
         self.backends: dict[str, BackendState] = {}
+        # the configured backends' slot stores as made, for the fleet (lifecycle takes admission's
+        # SlotStore; a BackendState holds routing's view of the same object, policy.routing's)
+        self.pools: dict[str, SlotPool | RedisSlotPool] = {}
         self.clients: dict[str, UpstreamClient] = {}
         self.access_log = AccessLog(cfg.access_log)
         secret = os.environ.get(cfg.anthropic.signing_key_env or "") if cfg.anthropic.signing_key_env else None
         self.signer = ThinkingSigner(secret.encode() if secret else None)
         self.metrics = Metrics(self)
         self.connguard: ConnectionGuard | None = None  # set by build_app
-        self.shared_supersede = None  # redis_supersede.SharedSupersede, with a cluster
-        self.cluster = None  # slots_redis.Registry when a `cluster:` section shares slots via Redis
+        self.shared_supersede: SharedSupersede | None = None  # latest wins across replicas, with a cluster
+        self.cluster: Registry | None = None  # when a `cluster:` section shares slots via Redis
         if cfg.cluster is not None:
             from ..ops.cluster import attach  # imports redis: only when a cluster is configured
 
@@ -80,10 +91,7 @@ class Gateway:
         self.usage = Ledger(cfg, self.cluster.client if self.cluster is not None else None) if cfg.usage.enabled else None
         self.tracing = otel.start(cfg.tracing)  # None unless tracing.otlp_endpoint is configured
         self.draining = False  # SIGTERM received: new requests are refused, running ones finish
-        self._probes: dict[str, asyncio.Task] = {}
-        self._kicked: dict[str, asyncio.Task] = {}
-        self._reading: dict[str, asyncio.Task] = {}  # a read of a backend's running count in flight
-        self._wake: dict[str, asyncio.Event] = {}  # set when its requests mark a backend down
+        self.probes = Probes(self)  # when each backend is asked how it is (app/probes.py)
         self._retiring: set[asyncio.Task] = set()
         # managed backends (`run:`): their processes, and the gate on each one's slot queue
         self.fleet = Fleet()
@@ -92,7 +100,7 @@ class Gateway:
             from ..lifecycle.cluster import Coordinator
 
             self.fleet.coord = Coordinator(self.cluster.client, self.cluster.replica, self.cluster.lease_s)
-        self.apply(cfg)
+        self._apply(cfg, None)
         self.responses = ResponsesState(self)  # reasoning sealer and the response store
 
     # -- configuration ------------------------------------------------------------------------
@@ -100,6 +108,10 @@ class Gateway:
     def apply(self, cfg: cfgmod.Config) -> None:
         """Swap in a validated config. Pools live on (held slots stay accounted); requests in
         flight keep the route they resolved; new requests see the new table."""
+        self._apply(cfg, self.cfg)
+
+    def _apply(self, cfg: cfgmod.Config, before: cfgmod.Config | None) -> None:
+        """`before`: the config applied until now (None at start-up)."""
         problems = cfgmod.environment_problems(cfg)  # what `check` asks too
         if problems:
             raise cfgmod.ConfigError(problems)  # before anything changes
@@ -107,18 +119,20 @@ class Gateway:
             log.warning("config: %s", warning)
         auth = Auth(cfg.auth)
         forwarding = Forwarding(cfg.connections.trusted_proxies, cfg.connections.forwarded_header)
-        auth.inherit(getattr(self, "auth", None))
+        if before is not None:
+            auth.inherit(self.auth)
         self.fleet.configure(cfg)
         for name, b in cfg.backends.items():
             state = self.backends.get(name)
             if state is None:
+                self.pools[name] = _pool(name, b, self.cluster)
                 state = self.backends[name] = BackendState(name, backend_kind.effective(b, None),
-                                                           _pool(name, b, self.cluster))
-                state.on_down = self._marked_down
+                                                           self.pools[name])
+                state.on_down = self.probes.marked_down
             else:
                 state.cfg = backend_kind.effective(b, state.detected_kind)
                 state.pool.resize(b.slots, b.queue.depth, b.queue.timeout_s)
-            self.fleet.attach(name, state.pool)
+            self.fleet.attach(name, self.pools[name])
             state.auto_kind = b.kind is None
             if state.cfg.kind == "peer" and state.peer is None:
                 state.peer = PeerLink(name)
@@ -130,11 +144,11 @@ class Gateway:
             else:
                 old.cfg = b
         for name in list(self.backends):
-            if name not in cfg.backends and not self._peer_child(name, cfg):
-                self._drop_if_idle(name)  # still-busy removed backends linger until idle
-        if hasattr(self, "cfg"):
+            if name not in cfg.backends and not self.peer_child(name, cfg):
+                self.drop_if_idle(name)  # still-busy removed backends linger until idle
+        if before is not None:
             for section in ("cluster", "usage", "tracing"):  # budgets (auth.keys) do apply now
-                if getattr(cfg, section) != getattr(self.cfg, section):
+                if getattr(cfg, section) != getattr(before, section):
                     log.warning("%s: changes to the %s section take effect at the next restart", section, section)
         self.cfg = cfg
         self.auth = auth
@@ -143,10 +157,10 @@ class Gateway:
             self.usage.configure(cfg)
         self.router = Router(cfg, self.backends)
         if _loop_running():
-            self.start_probes()
+            self.probes.start()
             self.fleet.start()
 
-    def _peer_child(self, name: str, cfg: cfgmod.Config | None = None) -> bool:
+    def peer_child(self, name: str, cfg: cfgmod.Config | None = None) -> bool:
         """One of a peer's backends (app/peers.py), its peer still configured: its life is the
         peer's report's, not the config's."""
         state = self.backends.get(name)
@@ -158,10 +172,11 @@ class Gateway:
         (ConfigError) before anything else is opened."""
         if self.usage is not None:
             await self.usage.start()
-        self.start_probes()
+        self.probes.start()
         self.fleet.start()  # managed backends: preloads start now, the rest on their first request
         if self.cluster is not None:
             await self.cluster.start()  # first contact with Redis before the port opens
+            assert self.shared_supersede is not None  # made with the cluster
             await self.shared_supersede.start()  # subscribed to the others' completions
 
     def reload(self) -> list[str]:
@@ -188,13 +203,14 @@ class Gateway:
         log.info("config reloaded from %s", self.config_path)
         return []
 
-    def _drop_if_idle(self, name: str) -> bool:
+    def drop_if_idle(self, name: str) -> bool:
         """Forget a backend the config no longer names, once nothing holds or waits for its
         slots (its client closes when the requests still streaming through it are done)."""
         pool = self.backends[name].pool
         if pool.in_use or pool.queued:
             return False
         del self.backends[name]
+        self.pools.pop(name, None)  # a peer's backend has none here (app/peers.py)
         old = self.clients.pop(name, None)
         if old is not None:
             self._retire(name, old)
@@ -289,119 +305,12 @@ class Gateway:
         if t.trace is not None and self.tracing is not None:
             self.tracing.export(t, path)
         if t.backend is not None and (t.outcome == "error_upstream_unreachable" or (
-                (t.outcome or "").startswith("error_upstream") and self._peer_child(t.backend))):
-            self._kick_probe(t.backend)  # a peer box that failed one: its report read again at once
-
-    def _kick_probe(self, name: str) -> None:
-        """Probe now (once at a time): a failed connect marks the backend down only when the
-        probe agrees, so one dropped keep-alive connection cannot take a backend out. Not for a
-        backend its requests marked down: its re-probes back off (policy/passive_health.py)."""
-        if self._peer_child(name):
-            name = self.backends[name].peer.parent  # type: ignore[union-attr]  # its peer reads it
-        task = self._kicked.get(name)
-        state = self.backends.get(name)
-        if state is None or (not state.up and state.passive.suspect):
-            return
-        if (task is None or task.done()) and _loop_running():
-            self._kicked[name] = asyncio.get_running_loop().create_task(self.probe(name))
-
-    # -- backend health -----------------------------------------------------------------------
-
-    def start_probes(self) -> None:
-        for name in list(self._probes):
-            if name not in self.backends:
-                self._probes.pop(name).cancel()
-        for name in self.backends:
-            if self._peer_child(name):
-                continue  # its peer's probe reads it
-            if name not in self._probes or self._probes[name].done():
-                self._probes[name] = asyncio.get_running_loop().create_task(self._probe_loop(name))
-
-    async def probe(self, name: str) -> None:
-        state = self.backends.get(name)
-        client = self.clients.get(name)
-        if state is not None and client is not None:
-            doc = await health.probe(state, client)
-            if self._down_by_design(name):  # stopped (or stopping) while the probe ran
-                return
-            state.passive.probed(state.up)
-            if state.cfg.kind == "peer" and name in self.cfg.backends:
-                self._peer_report(state, doc)
-
-    def _peer_report(self, state: BackendState, doc: object) -> None:
-        """A peer's models list (or its silence): its backends here follow it (app/peers.py)."""
-        peers.note_poll(state)
-        if not state.up:
-            peers.mark_down(state, self.backends)
-            return
-        if peers.reconcile(state, doc, self.backends, self.clients, self._drop_if_idle):
-            self.router = Router(self.cfg, self.backends)
-
-    def _marked_down(self, state: BackendState) -> None:
-        """Its requests marked a backend down (policy/passive_health.py): the probe loop re-plans
-        its next probe, soon, instead of a whole health interval on."""
-        log.warning("marked down: %s", state.last_error)  # last_error names the backend
-        wake = self._wake.get(state.name)
-        if wake is not None:
-            wake.set()
-
-    def _probe_interval(self, state: BackendState) -> float:
-        if not state.up and state.passive.suspect:
-            return state.passive.next_probe_s(state.cfg.health_interval_s)
-        return state.cfg.health_interval_s
-
-    async def _probe_loop(self, name: str) -> None:
-        while name in self.backends:
-            if name not in self.cfg.backends:  # removed by a reload while still busy
-                if self._drop_if_idle(name):
-                    return
-                await asyncio.sleep(0.5)
-                continue
-            if self._down_by_design(name):
-                await asyncio.sleep(0.5)
-                continue
-            wake = self._wake.setdefault(name, asyncio.Event())
-            wake.clear()  # a mark-down from here on re-plans the wait after this probe
-            await self.probe(name)
-            await self._until_next_probe(name, wake)
-
-    async def _until_next_probe(self, name: str, wake: asyncio.Event) -> None:
-        """One health interval (or, for a backend its requests marked down, the passive-health
-        backoff: re-planned when `wake` says they just did); meanwhile, while a slot there is
-        held, the backend's own running count is re-read every `health.HELD_REFRESH_S`."""
-        state = self.backends.get(name)
-        if state is None:
-            await asyncio.sleep(1)
-            return
-        loop = asyncio.get_running_loop()
-        end = loop.time() + self._probe_interval(state)
-        while (left := end - loop.time()) > 0:
-            step = min(left, health.HELD_REFRESH_S) if state.up and health.reads_running(state) else left
-            try:
-                await asyncio.wait_for(wake.wait(), step)
-            except TimeoutError:
-                pass
-            else:
-                wake.clear()
-                end = loop.time() + self._probe_interval(state)
-                continue
-            if state.up and state.pool.in_use and health.reads_running(state) and end - loop.time() > step / 4:
-                await self._read_running(name)
+                (t.outcome or "").startswith("error_upstream") and self.peer_child(t.backend))):
+            self.probes.kick(t.backend)  # a peer box that failed one: its report read again at once
 
     async def refresh_running(self) -> None:
-        """Re-read the running count of every backend (up) that tells it, for `/admin/requests`."""
-        names = [n for n, b in self.backends.items() if b.up and health.reads_running(b) and n in self.clients]
-        if names:
-            await asyncio.gather(*(self._read_running(n) for n in names))
-
-    def _read_running(self, name: str) -> Awaitable[None]:
-        """At most one read per backend in flight, whoever asks (dashboards poll every second)."""
-        task = self._reading.get(name)
-        if task is None or task.done():
-            state, client = self.backends[name], self.clients[name]
-            task = self._reading[name] = asyncio.get_running_loop().create_task(
-                health.leak_check(state, client, timeout_s=1.0))
-        return asyncio.shield(task)  # an admin request that goes away does not cancel the read
+        """Re-read the running count of every backend that tells it, for `/admin/requests`."""
+        await self.probes.refresh_running()
 
     def _managed_changed(self, name: str, state) -> None:
         """A managed backend changed state: one that became ready is probed at once (its kind,
@@ -410,11 +319,11 @@ class Gateway:
         if b is None:
             return
         if state == "ready":
-            self._kick_probe(name)
+            self.probes.kick(name)
         else:
-            self._down_by_design(name)
+            self.down_by_design(name)
 
-    def _down_by_design(self, name: str) -> bool:
+    def down_by_design(self, name: str) -> bool:
         """A managed backend that is not ready is not running by design (a request starts it; the
         fleet answers its failures): never counted down. -> whether that is the case."""
         if not (self.fleet.managed(name) and not self.fleet.ready(name)):
@@ -425,8 +334,7 @@ class Gateway:
         return True
 
     async def close(self) -> None:
-        for task in [*self._probes.values(), *self._kicked.values(), *self._reading.values()]:
-            task.cancel()
+        self.probes.close()
         await self.fleet.close()  # every managed server stopped (SIGTERM, then SIGKILL)
         retiring = list(self._retiring)
         for task in retiring:
@@ -440,6 +348,7 @@ class Gateway:
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.close)
         if self.cluster is not None:
+            assert self.shared_supersede is not None  # made with the cluster
             await self.shared_supersede.close()
             await self.cluster.close()  # gives back any slot still held, then disconnects
 

@@ -78,6 +78,7 @@ def reconcile(peer: BackendState, doc: object, backends: dict[str, BackendState]
         child.up = any(s not in ("down", "failed") for s in states)
         child.last_error = None if child.up else f"backend {name!r} is down: its peer {peer.name!r} reports it {states[0]}"
         child.model_lens = {m.name: m.context_length for m in served if m.context_length}
+        assert isinstance(child.pool, SlotPool)  # a peer's backend's slots are counted here (made above)
         child.pool.queue.set_loading(child.loading)
         child.passive.probed(child.up)
     for name, child in list(backends.items()):

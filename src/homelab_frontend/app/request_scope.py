@@ -93,8 +93,8 @@ def surface(dialect: str, fn: Handler):
                 _client_left(t)
                 raise asyncio.CancelledError() from None
             log.error("request %s failed:\n%s", t.id, traceback.format_exc())
-            err = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
-            return await _error_answer(request, t, err, render)
+            internal = GatewayError("api_error", f"internal error in the gateway (request id {t.id})")
+            return await _error_answer(request, t, internal, render)
         finally:
             t.key_name = Auth.key_name(request)
             t.body_bytes = request.get(BODY_BYTES)

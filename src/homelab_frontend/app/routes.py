@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable, TypedDict
+
 from aiohttp import web
 
 from ..errors import GatewayError
@@ -83,13 +85,17 @@ async def _expect(request: web.Request) -> None:
         request.writer.output_size = 0
 
 
+class _RouteOptions(TypedDict):
+    expect_handler: Callable[[web.Request], Awaitable[None]]
+
+
 def build_app(gw: Gateway) -> web.Application:
     # connections: (head deadline, cap) is read once: like cluster:, it takes a restart to change
     guard = gw.connguard = ConnectionGuard(gw.cfg.connections)
     app = web.Application(client_max_size=gw.cfg.limits.max_body_bytes, middlewares=[guard.middleware])
     app[GATEWAY] = gw
     r = app.router
-    x = {"expect_handler": _expect}
+    x: _RouteOptions = {"expect_handler": _expect}
     # The OpenAI-shaped surfaces at /llm/v1, and at the host's root too: VS Code Copilot's Ollama
     # provider lists models over /api and then chats at <host>/v1/chat/completions.
     for v1 in ("/llm/v1", "/v1"):

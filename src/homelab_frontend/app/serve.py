@@ -46,7 +46,11 @@ async def serve(cfg: cfgmod.Config, config_path: str | None, host: str, port: in
         await gw.close()  # the probes and sessions the constructor opened
         raise
     # every client connection's protocol goes through the guard (app/connguard.py)
-    runner._server = GuardedServer(runner._server, gw.connguard)
+    server, guard = runner._server, gw.connguard
+    assert server is not None and guard is not None  # runner.setup() made one, build_app the other
+    # GuardedServer stands in for aiohttp's Server (it delegates every other attribute to it); the
+    # runner only calls it as the protocol factory, which aiohttp does not declare as a type
+    runner._server = GuardedServer(server, guard)  # type: ignore[assignment]
     site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
     try:
         await site.start()
@@ -133,7 +137,7 @@ def run(cfg: cfgmod.Config, config_path: str | None, host: str, port: int) -> in
     try:
         import uvloop
     except ImportError:
-        uvloop = None
+        uvloop = None  # type: ignore[assignment]  # optional: asyncio's own loop then
     try:
         if uvloop is not None:
             return uvloop.run(serve(cfg, config_path, host, port))

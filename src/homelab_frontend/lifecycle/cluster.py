@@ -18,7 +18,7 @@ lease_s / 3 while the leader lives. One lock for the whole fleet rather than one
   and another replica takes the lock and starts from every backend stopped. A
   leader that cannot renew (Redis gone, a partition) stops its servers as soon as its lease may
   have run out, so that a new leader never runs a second copy beside them for long.
-- Late is not gone (admission/redis_leases.py). A Redis call waits for a late answer up to the
+- Late is not gone (admission/redis_registry.py). A Redis call waits for a late answer up to the
   client's bound (half a lease), except that a leader's round never runs past the moment it must
   give up its lease (`GIVE_UP`, counted from its last renewal's sending): that is the fencing, and
   it does not wait for a call to fail. A `SET NX` the replica gave up on may still land: the
@@ -70,13 +70,13 @@ class Coordinator:
         self.lease_s = lease_s
         self.leader = False
         self.leader_id: str | None = None
-        self.remote_states: dict[str, dict] = {}
+        self.remote_states: dict[str, Any] = {}  # the leader's published states (decoded JSON)
         self.remote_wants: dict[str, tuple[int, float | None]] = {}  # backend -> (waiting, oldest), monotonic
         self.remote_used: dict[str, float] = {}  # backend -> the last end of a request on another replica
         self._renew = client.register_script(RENEW)
         self._release = client.register_script(RELEASE)
         self._renewed_at: float | None = None  # monotonic time the last successful renewal was sent
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._failures = 0  # rounds failed in a row (Redis unreachable): logged, rate-limited
         self._failing_since: float | None = None
@@ -109,7 +109,7 @@ class Coordinator:
     async def _run(self, fleet: Any) -> None:
         next_renew = 0.0
         # not `while True`: a cancellation that lands as a Redis call completes is lost in redis-py
-        # on Python 3.11 (admission/redis_leases.kept_cancel), and close() would wait for good
+        # on Python 3.11 (admission/redis_registry.kept_cancel), and close() would wait for good
         while not self._closed:
             try:
                 now = time.monotonic()

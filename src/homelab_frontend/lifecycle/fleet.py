@@ -2,15 +2,24 @@
 
 One `Fleet` per gateway. It keeps a `Managed` record per backend with `run:` (unit.py), and one
 task that loops: snapshot every unit for `swap_policy.decide`, perform its actions, let the queues
-admit what the policy admits, sleep until the next event (a request waiting, leaving or ending; a
-server ready or exited) or the moment the plan said the answer could change by itself. Every
+admit what the policy admits, sleep until the next event (a change in demand; a server ready or
+exited; an operator's ask) or the moment the plan said the answer could change by itself. Every
 effect (a spawn, a stop, a probe, a sleep: effects.py) runs in a task of its own and kicks the
 loop when it is done, so the loop never blocks on a process. A unit moves only through the table
 in machine.py; an illegal move raises.
 
-The rooms: unit.py (the record and the gate on its queue), machine.py (the moves), reload.py (a
-reloaded config against the records), operator.py (the admin API's asks), following.py (the
-callbacks of lifecycle/cluster.py), effects.py (starts, stops, exits), and here the loop.
+One class holds the fleet's state; the rooms beside it are functions of a unit (or of the units)
+that it calls and then wakes its loop: unit.py (the record and the gate on its queue), machine.py
+(the moves, of the state and of the goal), reload.py (a reloaded config against the records),
+operator.py (the admin API's asks), following.py (the callbacks of lifecycle/cluster.py),
+effects.py (starts, stops, exits), and here the loop.
+
+A change in demand is what the policy could decide otherwise on, against what the last round
+saw (`slot_event`): a first request waiting (or the last one gone: granted, expired, left), the
+last slot of a unit the round saw busy given back, and under `fifo` a new oldest waiter (another
+queue may be first in line now). Every other slot taken or given back moves nothing the policy
+reads but the idle clock (`last_used`), which the round planned for anyway: woken early it plans
+again, so it is not woken for those (it was, on every one: up to two rounds per request).
 
 Failures: a start that exits, or is not ready within `start_timeout_s` (then it is stopped),
 answers its waiting requests at once with a 503 naming the backend, the exit status and the
@@ -27,16 +36,15 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, NamedTuple
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
-from . import swap_policy
-from .effects import START_BUCKETS, Effects, Spawner, spawn_child
-from .following import Following
+from . import effects, following, operator, swap_policy
+from .effects import START_BUCKETS, Spawner, spawn_child
+from .keep_alive import Forever
 from .machine import BUSY, Event
-from .operator import OperatorApi
 from .swap_policy import UnitState
 from .probe import Prober
 from .reload import reconcile
@@ -47,7 +55,18 @@ __all__ = ["Fleet", "Managed", "START_BUCKETS"]
 log = logging.getLogger("homelab_frontend.lifecycle")
 
 
-class Fleet(Effects, OperatorApi, Following):
+class Demand(NamedTuple):
+    """A unit's demand as its slot events can move it (Fleet.slot_event)."""
+
+    waiting: bool  # a request is in its queue
+    held: bool  # a slot is held
+    oldest: float | None  # when its oldest waiter arrived (fifo only; None otherwise)
+
+
+IDLE = Demand(False, False, None)
+
+
+class Fleet:
     def __init__(self, spawner: Spawner = spawn_child, prober: Any = None) -> None:
         self.units: dict[str, Managed] = {}
         self.resources: dict[str, float] = {}
@@ -60,13 +79,15 @@ class Fleet(Effects, OperatorApi, Following):
         self.on_change: Callable[[str, UnitState], None] | None = None
         self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
-        self._loop_task: asyncio.Task | None = None
+        self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
         # metrics: what happened (read by ops/metrics.py at scrape time)
         self.starts: Counter[tuple[str, str]] = Counter()  # (backend, outcome) outcome: ok|exit|timeout|error
         self.start_buckets: dict[str, list[int]] = {}
         self.start_sum: dict[str, float] = {}
         self.swaps: Counter[str] = Counter()  # backend stopped to make room for another
+        self.rounds = 0  # rounds of the loop so far (each one snapshots every unit for the policy)
+        self._seen: dict[str, Demand] = {}  # each unit's demand as the last round left it
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -157,10 +178,64 @@ class Fleet(Effects, OperatorApi, Following):
     def kick(self) -> None:
         self._kick.set()
 
-    def touched(self, name: str) -> None:
+    def slot_event(self, name: str) -> None:
+        """A slot of `name` was taken or given back, or a request joined or left its queue (its
+        Door): the idle clock restarts; the loop wakes only when the demand moved (module docstring)."""
         u = self.units.get(name)
-        if u is not None:
-            u.last_used = time.monotonic()
+        if u is None:
+            return
+        u.last_used = time.monotonic()
+        now, seen = self._demand(u), self._seen.get(name, IDLE)
+        if now.waiting != seen.waiting or (seen.held and not now.held) or now.oldest != seen.oldest:
+            self.kick()
+
+    def _demand(self, u: Managed) -> Demand:
+        pool = u.pool
+        if pool is None:
+            return IDLE
+        # only fifo lets one queue's oldest request hold back another queue's admission
+        oldest = pool.queue.oldest_wait() if self.policy == "fifo" else None
+        return Demand(pool.queue.queued > 0, pool.in_use > 0, oldest)
+
+    def _saw(self) -> None:
+        self._seen = {name: self._demand(u) for name, u in self.units.items()}
+
+    # -- what the operator asks (operator.py) -------------------------------------------------
+
+    def want(self, name: str) -> dict[str, Any]:
+        u = self.units[name]
+        operator.want(u)
+        self.kick()
+        return u.as_dict()
+
+    def unwant(self, name: str) -> dict[str, Any]:
+        u = self.units[name]
+        operator.unwant(u)
+        self.kick()
+        return u.as_dict()
+
+    def keep_alive(self, name: str, asked: float | Forever, *, prompt: bool = True) -> None:
+        """A client's `keep_alive` (operator.keep_alive)."""
+        u = self.units.get(name)
+        if u is not None and operator.keep_alive(u, asked, prompt=prompt):
+            self.kick()
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return operator.snapshot(self.units, self.coord)
+
+    # -- the Coordinator's callbacks (following.py) -------------------------------------------
+
+    def mirror(self, states: dict[str, Any]) -> None:
+        following.mirror(self.units, states)
+        self.kick()
+
+    def became_leader(self) -> None:
+        following.became_leader(self.units)
+        self.kick()
+
+    def lost_leadership(self) -> None:
+        following.lost_leadership(self.units)
+        self.kick()
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -187,15 +262,17 @@ class Fleet(Effects, OperatorApi, Following):
 
     def step(self) -> float | None:
         """One round: decide, perform, admit. -> when to look again without an event."""
+        self.rounds += 1
         if self.follower:
             self._grant()  # the leader decides; here the queues follow its published states
+            self._saw()
             return None
-        self.watch_exits()
+        effects.watch_exits(self.units)
         for name, u in list(self.units.items()):
             if u.state in BUSY:
                 continue
             if u.state is UnitState.SLEEPING and u.stale:  # a sleeping process of a changed or removed backend
-                self._effect(u, Event.STOP, self._stop(u, "reload"))
+                self._effect(u, Event.STOP, self._stop(u))
             elif u.removed and u.state not in swap_policy.HOLDING:
                 del self.units[name]
                 if u.pool is not None:
@@ -210,6 +287,7 @@ class Fleet(Effects, OperatorApi, Following):
         for a in plan.actions:
             self._perform(a)
         self._grant()
+        self._saw()
         return plan.wake_at
 
     def _grant(self) -> None:
@@ -240,9 +318,9 @@ class Fleet(Effects, OperatorApi, Following):
                 log.info("backend %s: stopping to make room for %s", u.name, a.to)
             elif a.reason == "idle":
                 log.info("backend %s: idle for %g s: stopping", u.name, u.idle_ttl_s)
-            self._effect(u, Event.STOP, self._stop(u, a.reason))
+            self._effect(u, Event.STOP, self._stop(u))
 
-    def _effect(self, u: Managed, event: Event, coro) -> None:
+    def _effect(self, u: Managed, event: Event, coro: Coroutine[Any, Any, None]) -> None:
         """Move `u` (starting or stopping) and run the effect that ends the move in a task."""
         try:
             u.advance(event)
@@ -250,6 +328,27 @@ class Fleet(Effects, OperatorApi, Following):
             coro.close()
             raise
         u.effect = asyncio.get_running_loop().create_task(coro)
+
+    async def _start(self, u: Managed, was: UnitState) -> None:
+        await effects.start(u, was, self.spawner, self.prober, self.kick,
+                            lambda outcome, took: self._counted(u.name, outcome, took))
+        self.kick()
+
+    async def _stop(self, u: Managed) -> None:
+        try:
+            await effects.stop(u, self.prober)
+        finally:
+            self.kick()
+
+    def _counted(self, name: str, outcome: str, took: float) -> None:
+        self.starts[(name, outcome)] += 1
+        if outcome != "ok":
+            return
+        buckets = self.start_buckets.setdefault(name, [0] * len(START_BUCKETS))
+        for i, bound in enumerate(START_BUCKETS):
+            if took <= bound:
+                buckets[i] += 1
+        self.start_sum[name] = self.start_sum.get(name, 0.0) + took
 
     # -- shutdown -----------------------------------------------------------------------------
 

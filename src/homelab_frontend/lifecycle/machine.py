@@ -13,6 +13,10 @@ the whole life cycle, read as h11's `_state.py` reads HTTP's:
     any      ──abandon─▶ stopped (leadership lost, shutdown: the process was killed, or was never ours)
     any      ──takeover─▶ stopped (this replica now runs the servers: it starts from none running)
 
+A unit's `Goal` moves the same way, through `GOAL_MOVES` ((goal, aim) -> goal) by `Managed.aim`;
+`IllegalAim` for a move the table lacks (a return of a backend that was never removed, a change
+of one that is).
+
 A replica that follows another (lifecycle/cluster.py) runs no machine: its units show the
 leader's published word (`Managed.follow`), which is not a move of ours to check.
 
@@ -84,7 +88,7 @@ def next_state(name: str, state: UnitState, event: Event) -> UnitState:
 
 class Goal(int, Enum):
     """What should become of a unit's process, beside its state (see the docstring). Ordered:
-    each one asks at least as much as the ones before it."""
+    each one asks at least as much as the ones before it. It moves only through `GOAL_MOVES`."""
 
     KEEP = 0
     STOP = 1  # drain, then stop (or sleep)
@@ -102,18 +106,42 @@ class Goal(int, Enum):
         """The process must go (a sleep will not do)."""
         return self >= Goal.REPLACE_LATER
 
-    def wanted(self) -> "Goal":
-        """An operator's (or a client's) start: keep what runs; a change of `run` still waits."""
-        return {Goal.STOP: Goal.KEEP, Goal.REPLACE: Goal.REPLACE_LATER}.get(self, self)
 
-    def unwanted(self) -> "Goal":
-        """An operator's stop: drain and stop (a pending replacement happens at that stop)."""
-        return {Goal.KEEP: Goal.STOP, Goal.REPLACE_LATER: Goal.REPLACE}.get(self, self)
+class Aim(str, Enum):
+    """What moves a unit's goal (GOAL_MOVES)."""
 
-    def respawned(self) -> "Goal":
-        """A new process from the current command: nothing left to replace."""
-        return {Goal.REPLACE_LATER: Goal.KEEP, Goal.REPLACE: Goal.STOP}.get(self, self)
+    WANT = "want"  # an operator's (or a client's) start: keep what runs; a change of `run` still waits
+    UNWANT = "unwant"  # an operator's stop (keep_alive 0): drain and stop; a pending replacement happens then
+    SLEPT = "slept"  # a stop that left the process (asleep, or cut short): nothing left to stop
+    RESPAWN = "respawn"  # a new process from the current command: nothing left to replace
+    GONE = "gone"  # the process is gone: nothing left to stop; a replacement is spawned at the next start
+    CHANGE = "change"  # its `run` changed while a process exists: drain, stop, spawn the new command
+    DROP = "drop"  # gone from the config (or no longer managed): drain, stop, forget
+    RETURN = "return"  # back in the config before it was forgotten: a new process
 
-    def stopped(self) -> "Goal":
-        """The process is gone: nothing left to stop; a replacement is spawned at the next start."""
-        return Goal.REMOVE if self is Goal.REMOVE else Goal.KEEP
+
+G, A = Goal, Aim
+GOAL_MOVES: dict[tuple[Goal, Aim], Goal] = {
+    **{(g, A.WANT): {G.STOP: G.KEEP, G.REPLACE: G.REPLACE_LATER}.get(g, g) for g in Goal},
+    **{(g, A.SLEPT): {G.STOP: G.KEEP, G.REPLACE: G.REPLACE_LATER}.get(g, g) for g in Goal},
+    **{(g, A.UNWANT): {G.KEEP: G.STOP, G.REPLACE_LATER: G.REPLACE}.get(g, g) for g in Goal},
+    **{(g, A.RESPAWN): {G.REPLACE_LATER: G.KEEP, G.REPLACE: G.STOP}.get(g, g) for g in Goal},
+    **{(g, A.GONE): G.REMOVE if g is G.REMOVE else G.KEEP for g in Goal},
+    # a removed one is first brought back (RETURN): a change never resurrects it by itself
+    **{(g, A.CHANGE): G.REPLACE for g in Goal if g is not G.REMOVE},
+    **{(g, A.DROP): G.REMOVE for g in Goal},
+    (G.REMOVE, A.RETURN): G.REPLACE,
+}
+
+
+class IllegalAim(RuntimeError):
+    def __init__(self, name: str, goal: Goal, aim: Aim) -> None:
+        super().__init__(f"backend {name!r}: no goal move {aim.value!r} from {goal.name.lower()!r}")
+        self.goal, self.aim = goal, aim
+
+
+def next_goal(name: str, goal: Goal, aim: Aim) -> Goal:
+    try:
+        return GOAL_MOVES[(goal, aim)]
+    except KeyError:
+        raise IllegalAim(name, goal, aim) from None

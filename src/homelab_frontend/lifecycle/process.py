@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import BinaryIO, Callable, Mapping, NamedTuple
 
 from .logring import LogRing
 
@@ -109,7 +109,7 @@ def _read_line(fd: int, timeout_s: float) -> tuple[str | None, bytes]:
 class _Launched(NamedTuple):
     """A supervisor that has reported the server's pid, and the gateway's ends of its pipes."""
 
-    sup: subprocess.Popen
+    sup: subprocess.Popen[bytes]
     ctl_w: int
     st_r: int
     log_r: int
@@ -223,7 +223,8 @@ class Child:
             self._pidfd = None
             loop.call_later(POLL_S, self._poll)
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, pipe, protocol) -> None:
+    async def _connect(self, loop: asyncio.AbstractEventLoop, pipe: BinaryIO,
+                       protocol: Callable[[], asyncio.BaseProtocol]) -> None:
         try:
             transport, _ = await loop.connect_read_pipe(protocol, pipe)
             self._transports.append(transport)

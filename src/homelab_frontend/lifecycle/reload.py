@@ -13,7 +13,7 @@ from typing import Callable
 
 from .. import config as cfgmod
 from . import swap_policy
-from .machine import Goal
+from .machine import Aim, Goal
 from .swap_policy import UnitState
 from .unit import Managed
 
@@ -32,14 +32,14 @@ def reconcile(units: dict[str, Managed], cfg: cfgmod.Config,
                 u.wanted_at = time.monotonic()
             continue
         if u.goal is Goal.REMOVE:  # back in the config before it was forgotten: a new process
-            u.goal = Goal.REPLACE
+            u.aim(Aim.RETURN)
         if b.run != u.cfg.run or b.url != u.cfg.url:
             if u.state in swap_policy.HOLDING or u.state is UnitState.SLEEPING:
                 log.info("backend %s: run changed: restarting once its requests are done", name)
-                u.goal = Goal.REPLACE  # drains, stops; starts again with the new cmd when asked
+                u.aim(Aim.CHANGE)  # drains, stops; starts again with the new cmd when asked
             u.failures, u.retry_at = 0, None
         u.cfg = b
     for name, u in units.items():
-        b = cfg.backends.get(name)
-        if b is None or b.run is None:
-            u.goal = Goal.REMOVE
+        kept = cfg.backends.get(name)
+        if kept is None or kept.run is None:
+            u.aim(Aim.DROP)

@@ -68,6 +68,7 @@ import select
 import signal
 import sys
 import time
+from typing import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -82,7 +83,7 @@ DEATH_GRACE_S = 5.0
 CTL, STATUS, LOG = 0, 1, 2
 
 
-def _prctl():
+def _prctl() -> Callable[..., int] | None:
     """libc's prctl, or None off Linux (ctypes is loaded here only: the gateway never imports this)."""
     try:
         import ctypes

@@ -1,7 +1,7 @@
 """One managed backend's live record (`Managed`) and the gate on its slot queue (`Door`).
 
-The record moves between states only through `advance` (machine.py's table; an illegal move
-raises). A replica that follows another shows the leader's word through `follow` instead.
+The record moves between states only through `advance`, and its goal only through `aim`
+(machine.py's tables; an illegal move raises). A replica that follows another shows the leader's word through `follow` instead.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from .. import config as cfgmod
 from ..admission.slots import SlotStore
@@ -18,7 +18,7 @@ from ..errors import GatewayError
 from . import swap_policy
 from .keep_alive import Forever, idle_ttl
 from .logring import LogRing
-from .machine import Event, Goal, next_state
+from .machine import Aim, Event, Goal, next_goal, next_state
 from .swap_policy import UnitState
 from .process import describe_status
 
@@ -29,7 +29,7 @@ class Process(Protocol):
     """A running server as the fleet uses it (process.Child, or a test's stand-in)."""
 
     pid: int
-    exited: asyncio.Future
+    exited: asyncio.Future[int]
 
     @property
     def running(self) -> bool: ...
@@ -50,7 +50,7 @@ class Managed:
         self.cfg = cfg
         self.state = UnitState.STOPPED
         self.since = time.time()
-        self.goal = Goal.KEEP  # what should become of its process (machine.Goal)
+        self._goal = Goal.KEEP  # what should become of its process (machine.Goal): moved by `aim`
         self.pool: SlotStore | None = None  # the backend's slot pool; its queue's gate is a Door
         self.child: Process | None = None
         self.log = LogRing()
@@ -61,8 +61,8 @@ class Managed:
         self.failures = 0  # consecutive failed starts
         self.retry_at: float | None = None
         self.wanted_at: float | None = None  # preload / operator's start
-        self.effect: asyncio.Task | None = None  # the start or stop in flight (state starting/stopping)
-        self.remote: dict | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
+        self.effect: asyncio.Task[None] | None = None  # the start or stop in flight (state starting/stopping)
+        self.remote: dict[str, Any] | None = None  # a follower's mirror of the leader's record (lifecycle/cluster.py)
         # A client's keep_alive (keep_alive.py) in place of run.idle_ttl_s, within run.client_keep_alive
         self.keep_alive: float | Forever | None = None
 
@@ -70,6 +70,18 @@ class Managed:
     def run(self) -> cfgmod.Run:
         assert self.cfg.run is not None
         return self.cfg.run
+
+    @property
+    def goal(self) -> Goal:
+        return self._goal
+
+    def aim(self, aim: Aim) -> Goal:
+        """Move the goal (machine.GOAL_MOVES); raises machine.IllegalAim for a move it lacks."""
+        goal = next_goal(self.name, self._goal, aim)
+        if goal is not self._goal:
+            log.debug("backend %s: goal %s -> %s (%s)", self.name, self._goal.name, goal.name, aim.value)
+            self._goal = goal
+        return goal
 
     @property
     def evict(self) -> bool:
@@ -123,7 +135,7 @@ class Managed:
         run = self.run
         return idle_ttl(self.keep_alive, run.client_keep_alive, run.idle_ttl_s)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         in_use = self.pool.in_use if self.pool is not None else 0
         waiting = self.pool.queue.queued if self.pool is not None else 0
         if self.remote is not None:  # a follower: the leader's word, and where it runs
@@ -150,17 +162,15 @@ class Admitter(Protocol):
 
     def refusal(self, name: str) -> GatewayError | None: ...
 
-    def touched(self, name: str) -> None: ...
-
-    def kick(self) -> None: ...
+    def slot_event(self, name: str) -> None: ...
 
     def load_eta_s(self, name: str) -> float: ...
 
 
 class Door:
     """The gate (admission.slots.Gate) on a managed backend's queue: it admits what the policy
-    admits, refuses at once during a failed start's back-off, and tells the fleet of every change
-    in demand or use."""
+    admits, refuses at once during a failed start's back-off, and tells the fleet of every slot
+    event (the fleet wakes its loop only for those that move the demand: fleet.Fleet.slot_event)."""
 
     __slots__ = ("fleet", "name")
 
@@ -175,8 +185,7 @@ class Door:
         return self.fleet.refusal(self.name)
 
     def changed(self) -> None:
-        self.fleet.touched(self.name)
-        self.fleet.kick()
+        self.fleet.slot_event(self.name)
 
     def load_s(self) -> float:
         return self.fleet.load_eta_s(self.name)

@@ -5,7 +5,7 @@ Protected by the admin key when one is configured (see auth.Auth.is_admin)."""
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -21,7 +21,7 @@ def _forbidden() -> web.Response:
 
 
 def snapshot(gw: OpsGateway) -> dict:
-    backends = {}
+    backends: dict[str, dict[str, Any]] = {}
     now = time.monotonic()
     for name, b in gw.backends.items():
         backends[name] = {  # no URL: internal addresses stay internal
@@ -44,9 +44,10 @@ def snapshot(gw: OpsGateway) -> dict:
                                                              "error", "waiting")}
         if box_of(b) is not None:  # one of a box's backends: the dashboard groups it under the box
             backends[name]["box"] = box_of(b)
-        if hasattr(b.pool, "holders"):  # shared through Redis: in_use counts every replica
-            backends[name]["held_here"] = b.pool.held
-            backends[name]["replicas"] = {r: n for r, n in sorted(b.pool.holders.items()) if n}
+        shared = gw.cluster.pools.get(name) if gw.cluster is not None else None
+        if shared is not None:  # shared through Redis: in_use counts every replica
+            backends[name]["held_here"] = shared.held
+            backends[name]["replicas"] = {r: n for r, n in sorted(shared.holders.items()) if n}
     return {
         "requests": [t.as_dict() for t in gw.tracker],
         "backends": backends,
@@ -59,7 +60,7 @@ async def list_requests(request: web.Request) -> web.Response:
     if not gw.auth.is_admin(request):
         return _forbidden()
     await gw.refresh_running()  # the backend's own count as of now, not as of the last probe
-    if getattr(gw, "cluster", None) is None:
+    if gw.cluster is None:
         return web.json_response(snapshot(gw))
     from . import cluster
 

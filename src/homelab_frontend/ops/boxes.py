@@ -5,14 +5,16 @@ polled and last answered, its models with their state there, and its backends he
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
+
+from ..policy.routing import BackendState
 
 __all__ = ["box_of", "boxes_view"]
 
 
-def box_of(b: Any) -> str | None:
+def box_of(b: BackendState) -> str | None:
     """The box a backend here is one of (`box1` for `box1/gpu0`), or None: not a box's."""
-    link = getattr(b, "peer", None)
+    link = b.peer
     return link.parent if link is not None and link.backend else None
 
 
@@ -20,7 +22,7 @@ def _age(now: float, at: float | None) -> float | None:
     return round(now - at, 3) if at is not None else None
 
 
-def boxes_view(backends: Mapping[str, Any], now: float) -> dict[str, dict]:
+def boxes_view(backends: Mapping[str, BackendState], now: float) -> dict[str, dict]:
     """Box name -> its state. `now`: time.monotonic()."""
     out: dict[str, dict] = {}
     for name, b in backends.items():

@@ -6,14 +6,14 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily
 
 from .. import config as cfgmod
-from ..admission.redis_leases import Registry
+from ..admission.redis_registry import Registry
+from .context import OpsGateway
 
 
-def attach(gw, cfg: cfgmod.Cluster) -> Registry:
+def attach(gw: OpsGateway, cfg: cfgmod.Cluster) -> Registry:
     """The registry for `gw`'s pools, with its gauges on `gw`'s metrics."""
     registry = Registry(cfg)
-    if getattr(gw, "metrics", None) is not None:
-        gw.metrics.registry.register(_Collector(registry))
+    gw.metrics.registry.register(_Collector(registry))
     return registry
 
 
@@ -43,9 +43,9 @@ class _Collector:
         yield from (up, total, by_replica, held)
 
 
-async def view(gw) -> dict | None:
+async def view(gw: OpsGateway) -> dict | None:
     """The `cluster` part of /admin/requests, read from Redis now (None without a cluster)."""
-    registry = getattr(gw, "cluster", None)
+    registry = gw.cluster
     if registry is None:
         return None
     return await registry.view()

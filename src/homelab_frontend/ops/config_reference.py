@@ -116,7 +116,7 @@ def _constraints(t: msgspec.inspect.Type) -> str:
         for attr, sign in _BOUNDS:
             if getattr(alt, attr, None) is not None:
                 found.append(f"{sign} {getattr(alt, attr)}")
-        if getattr(alt, "pattern", None):
+        if isinstance(alt, msgspec.inspect.StrType) and alt.pattern:
             found.append(f"matches `{alt.pattern}`")
     return ", ".join(found)
 
@@ -149,7 +149,9 @@ def generate(root: type = cfgmod.Config, module: ModuleType = cfgmod) -> str:
                            "(give each a docstring below it, then run `make config-reference`)")
     lines = [BEGIN, ""]
     for path, cls in sections:
-        info = {f.name: f for f in msgspec.inspect.type_info(cls).fields}
+        struct = msgspec.inspect.type_info(cls)
+        assert isinstance(struct, msgspec.inspect.StructType)  # _sections collects structs
+        info = {f.name: f for f in struct.fields}
         lines += [f"### {'`' + path + '`' if path else 'The top level'}", "",
                   " ".join(inspect.cleandoc(cls.__doc__ or "").split()), "",
                   "| key | type | default | meaning |", "|---|---|---|---|"]

@@ -5,7 +5,7 @@ implements), not imported from ops.metrics: that module reads this one."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -15,6 +15,10 @@ from ..lifecycle.fleet import Fleet
 from ..policy.auth import Auth
 from ..policy.routing import BackendState
 from ..request.tracker import Tracker
+from ..usage import Ledger
+
+if TYPE_CHECKING:  # imported at run time only with a `cluster:` section
+    from ..admission.redis_registry import Registry
 
 class MetricsView(Protocol):
     registry: CollectorRegistry
@@ -31,11 +35,13 @@ class OpsGateway(Protocol):
     auth: Auth
     backends: dict[str, BackendState]
     tracker: Tracker
-    metrics: MetricsView
-    cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
+    cluster: Registry | None  # when a `cluster:` section shares the slots through Redis
     draining: bool
-    usage: Any  # usage.Ledger, or None with usage.enabled: false
+    usage: Ledger | None  # None with usage.enabled: false
     fleet: Fleet  # managed backends (`run:`)
+
+    @property
+    def metrics(self) -> MetricsView: ...  # read-only here: the gateway's is an ops.metrics.Metrics
 
     def reload(self) -> list[str]: ...
 

@@ -18,46 +18,56 @@ import msgspec
 from ..upstream import backend_kind
 from ..errors import GatewayError
 from ..policy.routing import BackendState
-from ..upstream.client import UpstreamClient
+from ..upstream.client import UpstreamClient, UpstreamFailure
 
 log = logging.getLogger("homelab_frontend")
 
 
-async def probe(state: BackendState, client: UpstreamClient) -> object:
+# Late probes in a row before a backend that answers nothing in time counts as down
+# (app/probes.py: late is not gone); a refused or reset connection counts at once.
+LATE_PROBES = 3
+LATE = object()  # what `probe` returns for a late answer it was allowed to overlook
+
+
+def is_late(err: GatewayError) -> bool:
+    """No answer in time (connected or not): the server may be slow, not gone. A refused or
+    reset connection, or an answer that is an error, is not late."""
+    return isinstance(err, UpstreamFailure) and err.cause in ("timeout", "connect_timeout")
+
+
+async def probe(state: BackendState, client: UpstreamClient, late_allowed: bool = False) -> object:
     """Mark the backend up or down, and learn its models' context lengths on the way. A server
     without GET /v1/models (whisper.cpp's, a `health_path` in its config) is up when its health
-    path answers 200; it has no model list to learn from. -> the models list it answered (a
-    peer's says more: app/peers.py), None when it is down or has none."""
+    path answers 200; it has no model list to learn from. `late_allowed`: a backend that is up
+    and answers too late is left as it is (-> LATE), the caller counting how often in a row.
+    -> the models list it answered (a peer's says more: app/peers.py), None when it is down or
+    has none, LATE."""
     timeout_s = min(5.0, state.cfg.health_interval_s)
     path = backend_kind.health_path(state.cfg)
-    if path is not None:
-        try:
-            await client.get_text(path, timeout_s=timeout_s)
-        except GatewayError as err:
-            if state.up:
-                log.warning("backend %s is down: %s", state.name, err.message)
-            state.up, state.last_error = False, err.message
-            return None
-        if not state.up:
-            log.warning("backend %s is up again", state.name)
-        state.up, state.last_error = True, None
-        return None
     try:
-        doc = await client.get_json("/models", timeout_s=timeout_s)
-        if state.auto_kind:
-            _detect(state, doc)
-        state.model_lens = context_lengths(doc)
-        if state.cfg.kind in _RUNNING:
-            await leak_check(state, client)
-        if not state.up:
-            log.warning("backend %s is up again", state.name)
-        state.up, state.last_error = True, None
-        return doc
+        if path is not None:
+            await client.get_text(path, timeout_s=timeout_s)
+            doc = None
+        else:
+            doc = await client.get_json("/models", timeout_s=timeout_s)
+            if state.auto_kind:
+                _detect(state, doc)
+            state.model_lens = context_lengths(doc)
+            if state.cfg.kind in _RUNNING:
+                await leak_check(state, client)
     except GatewayError as err:
+        if late_allowed and state.up and is_late(err):
+            log.warning("backend %s is late: %s (counted down after %d late probes in a row)",
+                        state.name, err.message, LATE_PROBES)
+            return LATE
         if state.up:
             log.warning("marked down: %s", err.message)  # the message names the backend
         state.up, state.last_error = False, err.message
         return None
+    if not state.up:
+        log.warning("backend %s is up again", state.name)
+    state.up, state.last_error = True, None
+    return doc
 
 
 def context_lengths(doc: object) -> dict[str, int]:
@@ -86,7 +96,7 @@ def _detect(state: BackendState, doc: object) -> None:
 
 
 # The gauge in each server's /metrics that counts the requests it is running right now.
-_RUNNING = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
+_RUNNING: dict[str | None, str] = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_processing"}
 HELD_REFRESH_S = 1.0  # how often the running count is re-read while the gateway holds a slot there
 
 

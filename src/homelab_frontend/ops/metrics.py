@@ -36,6 +36,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
+from .. import config as cfgmod
 from ..policy.routing import resolve_alias
 from ..request.tracker import Tracked
 from .context import OPS_GATEWAY, OpsGateway
@@ -216,7 +217,7 @@ class Metrics:
         GCCollector(registry=r)
 
         self._children: dict[tuple[str, str, str, str], _Children] = {}
-        self._cfg = None
+        self._cfg: cfgmod.Config | None = None
         self._models: dict[str, str] = {}
         self.recent: deque[tuple] = deque(maxlen=RECENT)
         self.finished = 0
@@ -330,7 +331,7 @@ class Metrics:
         return {
             "now": time.time(),
             "started": self.started_wall,
-            "draining": bool(getattr(gw, "draining", False)),
+            "draining": gw.draining,
             "totals": {"requests": self.finished, "failed": self.failed,
                        "tokens_out": self.finished_tokens_out + sum(t.tokens_out for t in gw.tracker)},
             "backends": backends,
@@ -344,6 +345,7 @@ def _hit_ratio_family(m: "Metrics") -> GaugeMetricFamily:
                               "session's backend (since start).", labels=["model"])
     by_model: dict[str, list[float]] = {}
     for (model, result), series in m.affinity.series.items():
+        assert isinstance(series, _CounterSeries)  # a family without buckets counts
         by_model.setdefault(model, [0.0, 0.0])[0 if result == "hit" else 1] += series.value
     for model, (hits, spills) in sorted(by_model.items()):
         ratio.add_metric([model], hits / (hits + spills) if hits + spills else 0.0)
@@ -403,8 +405,7 @@ class _LiveCollector:
         for (backend, phase), n in sorted(counts.items()):
             inflight.add_metric([backend, phase], n)
         yield from (slots, in_use, queued, qcap, up, running, mismatch, inflight)
-        ledger = getattr(gw, "usage", None)
-        usage = ledger.health() if ledger is not None else None
+        usage = gw.usage.health() if gw.usage is not None else None
         if usage is not None and "writer_alive" in usage:
             yield GaugeMetricFamily("hlf_usage_writer_up", "1 while the usage ledger's writer thread runs.",
                                     value=1 if usage["writer_alive"] else 0)
@@ -412,9 +413,8 @@ class _LiveCollector:
                                       value=usage["write_errors"])
             yield CounterMetricFamily("hlf_usage_lost_requests", "Finished requests the usage ledger lost "
                                       "(a failed write, or queued when its writer died).", value=usage["lost"])
-        fleet = getattr(gw, "fleet", None)
-        if fleet is not None and fleet.units:
-            yield from _lifecycle_families(fleet)
+        if gw.fleet.units:
+            yield from _lifecycle_families(gw.fleet)
 
 
 def _lifecycle_families(fleet):
@@ -435,6 +435,10 @@ def _lifecycle_families(fleet):
                                 "to make room for another.", labels=["backend"])
     loading = CounterMetricFamily("hlf_backend_load_wait_seconds", "Seconds requests spent waiting for their "
                                   "backend to start (phase loading), summed.", labels=["backend"])
+    rounds = CounterMetricFamily("hlf_lifecycle_rounds", "Rounds of the managed backends' loop: each one "
+                                 "asks the swap policy about every managed backend (woken by a change in demand, "
+                                 "a server's event, an operator's ask, or a time the policy named).")
+    rounds.add_metric([], fleet.rounds)
     for name, u in list(fleet.units.items()):
         for s in UnitState:
             state.add_metric([name, s.value], 1 if u.state is s else 0)
@@ -446,7 +450,7 @@ def _lifecycle_families(fleet):
         hist.add_metric([name], buckets, fleet.start_sum.get(name, 0.0))
         swaps.add_metric([name], fleet.swaps.get(name, 0))
         loading.add_metric([name], fleet.load_wait_s.get(name, 0.0))
-    yield from (state, starts, hist, swaps, loading)
+    yield from (state, starts, hist, swaps, loading, rounds)
 
 
 # -- routes -------------------------------------------------------------------------------------

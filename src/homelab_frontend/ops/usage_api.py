@@ -47,7 +47,7 @@ def _params(request: web.Request) -> dict:
 
 async def _answer(request: web.Request, only_key: str | None) -> web.Response:
     gw = _gw(request)
-    ledger = getattr(gw, "usage", None)
+    ledger = gw.usage
     if ledger is None:
         return _error(404, "not_found_error", "the usage ledger is off (usage.enabled: false)")
     try:

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import os
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import AsyncIterator, Mapping
 
 from aiohttp import web
 
@@ -98,7 +98,7 @@ def _presented(request: web.Request, *, query_key: bool = False) -> str | None:
 
 
 class Auth:
-    def __init__(self, cfg: cfgmod.Auth, env: dict[str, str] | None = None) -> None:
+    def __init__(self, cfg: cfgmod.Auth, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
         problems = cfgmod.auth_environment_problems(cfg, env)  # the rule `check` applies too
         if problems:

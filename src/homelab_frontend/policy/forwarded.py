@@ -109,7 +109,9 @@ def forwarded(values: Iterable[str]) -> list[Address | None]:
 def _split(text: str, sep: str) -> list[str]:
     """`text` split at `sep` outside quoted strings (a quoted IPv6 `for` holds colons, and a
     quoted string may hold the separators)."""
-    parts, cur, quoted, escaped = [], [], False, False
+    parts: list[str] = []
+    cur: list[str] = []
+    quoted = escaped = False
     for ch in text:
         if escaped:
             escaped = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Protocol
+from typing import Any, Callable, Collection, Literal, Protocol, TypeVar
 
 from . import affinity
 from .passive_health import PassiveHealth
@@ -13,26 +13,52 @@ from .. import config as cfgmod
 from ..errors import GatewayError
 
 
-class SlotPool(Protocol):
-    """A backend's slots as the gateway uses them (admission.slots.SlotPool, or its Redis-leased
-    form). Declared here, not imported: routing sits below admission in the import layers."""
+LeaseT = TypeVar("LeaseT")
 
+
+class SlotHolder(Protocol):
+    """The request a slot is taken for, as a store sees it: admission.lease.Holder, repeated here
+    (routing sits below admission in the import layers); mypy holds each store's `acquire`
+    against this one, so the two cannot drift apart unnoticed."""
+
+    id: str
+    load_wait: float
+
+    def queued(self) -> None: ...
+    def loading(self) -> None: ...
+    def cancel(self, reason: str, message: str = "") -> bool: ...
+
+
+class SlotStore(Protocol[LeaseT]):
+    """A backend's slots as the layers above use them: admission.slots.SlotPool (in process) and
+    admission.redis_slot_pool.RedisSlotPool (Redis leases) implement it. `acquire` waits in the
+    store's queue and returns the lease of the slot taken (admission/lease.py); `release` takes
+    that lease back (a second release is a no-op). Generic in the lease: its class is admission's,
+    which this layer cannot name, so a `BackendState` holds a `SlotStore[Any]` and the gateway,
+    which makes the stores, declares them as admission.slots.SlotStore (whose lease is `Lease`).
+    Declared here, not imported: routing sits below admission in the import layers."""
+
+    name: str
     slots: int
-    depth: int
 
     @property
     def in_use(self) -> int: ...
+
+    @property
+    def depth(self) -> int: ...
 
     @property
     def queued(self) -> int: ...
 
     def expected_wait_s(self) -> float: ...
 
-    async def acquire(self, key: str = "", priority: int = 0) -> None: ...
+    async def acquire(self, key: str = "", priority: int = 0, holder: SlotHolder | None = None) -> LeaseT: ...
 
-    def release(self, held_s: float | None = None) -> None: ...
+    def release(self, lease: LeaseT, held_s: float | None = None) -> None: ...
 
     def resize(self, slots: int, depth: int, timeout_s: float) -> None: ...
+
+    def grant(self) -> None: ...
 
 
 def resolve_alias(cfg: cfgmod.Config, name: str) -> str | None:
@@ -108,7 +134,7 @@ class BackendState:
 
     name: str
     cfg: cfgmod.Backend
-    pool: SlotPool
+    pool: SlotStore[Any]  # its lease is admission's Lease (SlotStore's docstring)
     up: bool = True  # last health probe; unknown counts as up
     # why it is down, as one sentence that names it ("backend 'gpu0' is unreachable (connection
     # refused)": the upstream client's and the lifecycle's errors all do): said as it is, never
@@ -176,7 +202,7 @@ class Route:
     upstream_model: str
     backends: tuple[BackendState, ...]
     max_model_len: int | None
-    system_turns: str = "merge"  # config.Model.system_turns
+    system_turns: Literal["merge", "native"] = "merge"  # config.Model.system_turns
     affinity: bool = True
     affinity_max_wait_s: float = 2.0
     # the model to serve instead when every backend of this one is down (config.Model.fallback),

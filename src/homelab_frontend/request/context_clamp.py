@@ -29,7 +29,6 @@ import aiohttp
 from .. import canonical as c
 from ..errors import GatewayError
 from .exchange import Exchange
-from .tracker import CONNECTING
 from ..upstream.chat_body import build_body
 
 # The wordings vLLM has used for the same refusal; 0.32's counts a prompt it truncated at one token
@@ -108,7 +107,7 @@ async def _open_chat(
         if max_tokens > ctx - text_bytes // 2:  # even a high estimate may not leave the room
             prompt = None
             if ex.count_prompt(payload):  # the count already running, or one started now
-                ex.t.phase = CONNECTING  # the slot is held; a client leaving now left while connecting
+                ex.t.connecting()  # the slot is held; a client leaving now left while connecting
                 prompt = await ex.counted_prompt()
             if prompt is not None:
                 ex.t.clamp = "tokenizer"

@@ -29,7 +29,6 @@ import msgspec
 
 from .tracker import Tracked
 
-DRAINING = "draining"
 _TAIL_BYTES = 16 * 1024  # the end of the answer kept, for the usage it reports there
 
 _decode = msgspec.json.decode
@@ -52,7 +51,7 @@ def usage_in_tail(tail: bytes) -> tuple[int, int] | None:
         if not isinstance(usage, dict):
             continue
         p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in (p, c)):
+        if isinstance(p, int) and isinstance(c, int) and not isinstance(p, bool) and not isinstance(c, bool):
             return p, c
     return None
 
@@ -76,7 +75,7 @@ async def drain(t: Tracked, answer: "aiohttp.ClientResponse | asyncio.Task[aioht
                 idle_s: float, total_s: float, release: Callable[[], None]) -> None:
     """The detached drain of one request's upstream answer (or of its request still waiting for
     the answer's headers: a task); `release` gives its slot back."""
-    t.phase = DRAINING
+    t.draining()
     completed = False
     resp: aiohttp.ClientResponse | None = None
     try:

@@ -41,16 +41,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar, cast
 
 import aiohttp
 import msgspec
 from aiohttp import web
 
+from ..admission.lease import Lease
+from ..admission.slots import SlotStore
 from ..errors import GatewayError
 from ..policy.auth import ANONYMOUS, PERSON_HEADER, Principal
 from ..policy.routing import BackendState, Route
-from .tracker import CONNECTING, FIRST_TOKEN, GENERATING, QUEUED, STREAMING, Tracked
+from .tracker import Tracked
 from ..upstream.client import StreamedBody, UpstreamClient, UpstreamFailure
 from ..upstream.prompt_count import can_count, count_prompt
 from . import drain, failover
@@ -90,13 +92,13 @@ class Exchange:
         self._opened = False  # an upstream request was started (a connection may exist)
         self._watch: _Watchdog | None = None
         self._count: asyncio.Task[int | None] | None = None  # the prompt count, see count_prompt
-        self._posting: asyncio.Task | None = None  # on_client_gone drain: the upstream request, until it answers
+        self._posting: asyncio.Task[aiohttp.ClientResponse] | None = None  # on_client_gone drain: the upstream request, until it answers
         self._loop = asyncio.get_running_loop()
 
     # -- phases -------------------------------------------------------------------------------
 
     async def admit(self) -> BackendState:
-        self.t.phase = QUEUED
+        self.t.queued()
         pinned = self._pinned()
         try:
             backend, self.t.affinity = (pinned, None) if pinned is not None else self.route.place(self.session)
@@ -125,7 +127,7 @@ class Exchange:
 
     async def _take(self, backend: BackendState) -> None:
         """A slot on `backend`, through its fair queue."""
-        self.t.phase = QUEUED
+        self.t.queued()
         self.backend = backend
         self.t.backend = backend.name
         waited = self.t.queue_wait or 0.0  # a failover's second wait adds to the first
@@ -133,8 +135,8 @@ class Exchange:
         t0 = time.monotonic()
         try:
             # the key's priority and the model's (config.Model.priority: completions before agents)
-            self._lease = await backend.pool.acquire(self.principal.name,
-                                                     self.principal.priority + self.route.priority, self.t)
+            self._lease = await _store(backend).acquire(self.principal.name,
+                                                        self.principal.priority + self.route.priority, self.t)
         except GatewayError:
             # refused (queue full, or no slot within the queue's timeout): how long it waited is
             # still what the client wants to know (Server-Timing), and the operator (access log)
@@ -197,7 +199,7 @@ class Exchange:
         for llama.cpp's own endpoints such as /infill). `headers`: a relayed body's own (an
         upload's content type and length)."""
         assert self.backend is not None
-        self.t.phase = CONNECTING
+        self.t.connecting()
         if self._watch is None:
             self._watch = _Watchdog(self, stream)
         client = self.client = self.clients[self.backend.name]
@@ -217,14 +219,14 @@ class Exchange:
                 # answer's headers (a whole answer's come at its end): drain.py reads it then
                 pending = self._posting = self._loop.create_task(posting)
                 try:
-                    self.resp = await asyncio.shield(pending)
+                    self.resp = resp = await asyncio.shield(pending)
                 finally:
                     if pending.done():  # answered or failed: nothing left on its way
                         self._posting = None
             elif self.backend.peer is not None and self.backend.peer.backend:
-                self.resp = await _unless_box_down(self.backend, posting)
+                self.resp = resp = await _unless_box_down(self.backend, posting)
             else:
-                self.resp = await posting
+                self.resp = resp = await posting
         except GatewayError as err:
             self._opened = False  # it answered (an error) or never connected: nothing runs there
             if not isinstance(err, UpstreamFailure):
@@ -236,8 +238,8 @@ class Exchange:
             raise
         self.backend.passive.answered(True)
         self.t.upstream_headers = time.monotonic() - t0
-        self.t.phase = FIRST_TOKEN if stream else GENERATING
-        return self.resp
+        self.t.answering(stream)
+        return resp
 
     async def send(self, out: web.StreamResponse, data: bytes) -> None:
         """Write to the client. While the write waits for a client that does not read, the
@@ -247,7 +249,7 @@ class Exchange:
         self.writing = False
 
     def first_token(self) -> None:
-        self.t.phase = STREAMING
+        self.t.streaming()
         self.t.ttft = time.monotonic() - self.t.started
 
     # -- the prompt count, beside the upstream call ------------------------------------------
@@ -259,13 +261,14 @@ class Exchange:
         if self._count is not None:
             return True
         cfg = self.backend.cfg
-        if not can_count(cfg.kind):
+        kind = cfg.kind
+        if kind is None or not can_count(kind):  # not yet probed: no tokenizer known
             return False
         client = self.clients[self.backend.name]
         timeout_s = min(10.0, cfg.timeouts.first_token_s)
 
         async def count() -> int | None:
-            return await count_prompt(client, cfg.kind, msgspec.json.decode(payload), timeout_s=timeout_s)
+            return await count_prompt(client, kind, msgspec.json.decode(payload), timeout_s=timeout_s)
 
         self._count = self._loop.create_task(count())
         return True
@@ -333,7 +336,8 @@ class Exchange:
         if self._count is not None and not self._count.done():
             self._count.cancel()
         to = self.backend.cfg.timeouts
-        resp: asyncio.Task | aiohttp.ClientResponse | None = self.resp or self._posting
+        resp = self.resp or self._posting
+        assert resp is not None  # _drains() said one of them is there
         self.resp = self._posting = None
         t = self.t
         t.cancel_reason = None  # a cancel that ended the answer must not end the drain: a new one may
@@ -347,7 +351,7 @@ class Exchange:
         self._let_go_upstream()
         self._release_slot()
 
-    def _let_go_upstream(self) -> asyncio.Future | None:
+    def _let_go_upstream(self) -> asyncio.Future[None] | None:
         """Stop the watchdog, close (or pool) the upstream connection. -> a future set once our
         side of an aborted connection is really closed (None: nothing to wait for)."""
         if self._watch is not None:
@@ -355,7 +359,7 @@ class Exchange:
             self._watch = None
         if self._count is not None and not self._count.done():
             self._count.cancel()  # its connection closes with it; nobody wants the figure now
-        closed = None
+        closed: asyncio.Future[None] | None = None
         if self.resp is not None:
             if self.complete:
                 self.resp.release()  # read to the end: the connection goes back to the pool
@@ -376,7 +380,7 @@ class Exchange:
             self._held_since = None
             self.t.slot_seconds += held
             lease, self._lease = self._lease, None
-            self.backend.pool.release(lease, held)
+            _store(self.backend).release(lease, held)
 
     def own_cancel(self) -> GatewayError | None:
         """After a CancelledError: the gateway's own reason as an error (the caller then writes it
@@ -449,7 +453,7 @@ class _Watchdog:
         self.tick = min(1.0, max(0.02, min(limits) / 4))
         self.start = self.last_change = self.last_ping = self.last_check = ex._loop.time()
         self.seen = 0
-        self.pinging: asyncio.Task | None = None
+        self.pinging: asyncio.Task[None] | None = None
         self.handle: asyncio.TimerHandle | None = ex._loop.call_later(self.tick, self._check)
 
     def cancel(self) -> None:
@@ -500,7 +504,14 @@ class _Watchdog:
             pass  # the client is gone; the handler's own cancellation handles that
 
 
-def _retrieve(fut: asyncio.Future) -> None:
+def _store(backend: BackendState) -> SlotStore:
+    """The backend's slot store as admission defines it. routing.BackendState declares its pool
+    by a Protocol of its own, below the admission layer, which cannot name a Lease; the pool is
+    always one of admission's stores (app/ builds them), so this is a boundary between layers."""
+    return cast(SlotStore, backend.pool)
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
     if not fut.cancelled():
         fut.exception()  # a reset while closing is expected: not "never retrieved"
 

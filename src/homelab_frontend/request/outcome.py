@@ -1,8 +1,9 @@
 """How a request ended, named once: the table from (stage, cause) to the outcome the access log,
 the metrics and the dashboard show.
 
-Every place that decides how a request ended says so with `Tracked.end(cause, kind)`; this module
-alone turns that into the outcome string. The first cause recorded wins (a timeout that then
+Every place that decides how a request ended says so with `Tracked.end(cause, kind)`, which keeps
+it as a typed `Ending` (the `Cause`, the `phase.Phase` it was in, the kind); this module alone
+turns that into the outcome string, so a label is only ever made of a phase the table knows. The first cause recorded wins (a timeout that then
 makes the write fail stays a timeout), except where a caller knows better and overrides (the
 client leaving ends the request whatever was recorded before; an upstream that fails mid-answer
 replaces the provisional cause).
@@ -19,22 +20,46 @@ replaces the provisional cause).
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import NamedTuple
+
+from .phase import Phase
+
 OK = "ok"
 
-DONE = "done"  # the answer was written whole
-LEFT = "left"  # the client went away
-STALLED = "stalled"  # the client stopped reading: the gateway gave up on it
-SUPERSEDED = "superseded"  # admission/supersede.py: its client's newer completion replaced it
-FAILED = "failed"  # a GatewayError (or an upstream failure of that kind) ended it
+
+class Cause(StrEnum):
+    DONE = "done"  # the answer was written whole
+    LEFT = "left"  # the client went away
+    STALLED = "stalled"  # the client stopped reading: the gateway gave up on it
+    SUPERSEDED = "superseded"  # admission/supersede.py: its client's newer completion replaced it
+    FAILED = "failed"  # a GatewayError (or an upstream failure of that kind) ended it
+
+
+DONE, LEFT, STALLED, SUPERSEDED, FAILED = Cause.DONE, Cause.LEFT, Cause.STALLED, Cause.SUPERSEDED, Cause.FAILED
 
 REFUSALS = frozenset({"overloaded", "rate_limit"})  # "try later", not a failure, when said up front
 
 
-def outcome_of(phase: str, cause: str, kind: str = "", begun: bool = True) -> str:
+class Ending(NamedTuple):
+    """How a request ended, as recorded (Tracked.end): the cause, the phase it was in, the
+    failure's kind and whether its answer had begun. `outcome` is the one string made of it."""
+
+    cause: Cause
+    phase: Phase
+    kind: str = ""
+    begun: bool = True
+
+    @property
+    def outcome(self) -> str:
+        return outcome_of(self.phase, self.cause, self.kind, self.begun)
+
+
+def outcome_of(phase: Phase, cause: str, kind: str = "", begun: bool = True) -> str:
     if cause == DONE:
         return OK
     if cause == LEFT:
-        return f"cancelled_{phase}"
+        return f"cancelled_{Phase(phase).value}"
     if cause == STALLED:
         return "cancelled_client_stalled"
     if cause == SUPERSEDED:

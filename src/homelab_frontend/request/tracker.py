@@ -1,23 +1,26 @@
 """Every request the gateway is working on, queued or in flight: for the admin API, the
-dashboard, the access log and graceful shutdown. Updating a phase is an attribute store."""
+dashboard, the access log and graceful shutdown.
+
+The record owns its phase and its outcome. The phase moves only through its methods, each one a
+move of phase.py's table (an illegal one raises); how the request ended is recorded by `end`
+as a typed `Ending`, and the outcome string is made of that alone (outcome.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import GatewayError
-from .outcome import FAILED, OK, STALLED, SUPERSEDED, outcome_of
+from .outcome import FAILED, OK, STALLED, SUPERSEDED, Cause, Ending
+from .phase import Phase, next_phase
 
-# Phases, in order. A request that is cancelled records the phase it was in.
-QUEUED = "queued"  # waiting for a slot
-LOADING = "loading"  # waiting for its managed backend to start (admission/slots.py sets it)
-CONNECTING = "connecting"  # slot held, waiting for the upstream's response headers
-FIRST_TOKEN = "first_token"  # headers in, waiting for the first generated token
-STREAMING = "streaming"  # tokens flowing to the client
-GENERATING = "generating"  # non-streaming: the upstream is generating the whole answer
+# The phases by name, for whoever reads them (phase.py has the table). A request that is
+# cancelled records the phase it was in.
+QUEUED, LOADING, CONNECTING = Phase.QUEUED, Phase.LOADING, Phase.CONNECTING
+FIRST_TOKEN, STREAMING, GENERATING = Phase.FIRST_TOKEN, Phase.STREAMING, Phase.GENERATING
+DRAINING = Phase.DRAINING
 
 
 def new_request_id() -> str:
@@ -26,9 +29,9 @@ def new_request_id() -> str:
 
 class Tracked:
     __slots__ = (
-        "id", "dialect", "model", "backend", "key_name", "phase", "stream",
+        "id", "dialect", "model", "backend", "key_name", "_phase", "stream",
         "started", "started_wall", "tokens_out", "task", "cancel_reason",
-        "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "outcome", "upstream_headers",
+        "cancel_message", "queue_wait", "ttft", "tokens_in", "status", "_ending", "_outcome", "upstream_headers",
         "clamp",
         "tokens_cached", "affinity", "served_model", "failovers",
         "slot_seconds", "upstream_model", "body_bytes", "trace", "load_wait", "answered", "units",
@@ -41,12 +44,12 @@ class Tracked:
         self.model = model
         self.backend: str | None = None
         self.key_name = key_name
-        self.phase = QUEUED
+        self._phase = Phase.QUEUED
         self.stream = stream
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.tokens_out = 0
-        self.task: asyncio.Task | None = asyncio.current_task()
+        self.task: asyncio.Task[Any] | None = asyncio.current_task()
         self.cancel_reason: str | None = None  # "timeout", "admin", "shutdown", "slot_lost", "superseded": why we cancelled it
         self.cancel_message = ""
         self.queue_wait: float | None = None  # seconds spent waiting for a slot
@@ -59,7 +62,8 @@ class Tracked:
         # (backend, cause) of each backend that failed it before answering (request/failover.py)
         self.failovers: list[tuple[str, str]] | None = None
         self.status = 0
-        self.outcome = OK  # set by end(): request/outcome.py has the table
+        self._ending: Ending | None = None  # set by end(): request/outcome.py has the table
+        self._outcome = OK
         # the answer's last frame ([DONE], message_stop, ...) was handed to the client: a client
         # that hangs up after it (the OpenAI SDK closes at [DONE]) got everything, so the end of
         # the gateway's own work (the upstream's last bytes, EOF) is no cancel
@@ -71,11 +75,13 @@ class Tracked:
         self.slot_seconds = 0.0  # seconds a backend slot was held (summed, should it take several)
         self.upstream_model: str | None = None  # the name the backend was asked for
         self.body_bytes: int | None = None  # the request body's size: estimates an unreported prompt
-        self.trace = None  # tracing.RequestTrace when traces are on and this one is sampled
+        # tracing.RequestTrace when traces are on and this one is sampled (Any: request sits beside
+        # tracing in the import layers and cannot name it; tracing.spans.SpanRecord types the reader)
+        self.trace: Any = None
         self.load_wait = 0.0  # of queue_wait, seconds spent waiting for a managed server to start
         # on_client_gone: drain (request/drain.py): the task reading the upstream answer to its end
         # after the client went, and then how that ended ("completed" | "cut"; None: no drain)
-        self.drain: asyncio.Task | None = None
+        self.drain: asyncio.Task[None] | None = None
         self.drained: str | None = None
         # what a relayed call cost in its own units (surfaces/media/units.py): audio_seconds,
         # characters, documents, images; None for a text generation
@@ -85,6 +91,56 @@ class Tracked:
         # the route it came in on, as the route is written (`/llm/v1/chat/completions`,
         # `/llm/v1beta/models/{model}:generateContent`): a bounded family, never the raw path
         self.endpoint = ""
+
+    # -- the phase: one owner, moved only through phase.py's table ----------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    def _move(self, to: Phase) -> None:
+        self._phase = next_phase(self.id, self._phase, to)
+
+    def queued(self) -> None:
+        """Waiting for a slot (again, after a failover), or no longer for a load."""
+        self._move(Phase.QUEUED)
+
+    def loading(self) -> None:
+        """Waiting in the queue for its managed backend to start (admission/slots.py)."""
+        self._move(Phase.LOADING)
+
+    def connecting(self) -> None:
+        """The slot is held; waiting for the upstream's response headers."""
+        self._move(Phase.CONNECTING)
+
+    def answering(self, stream: bool) -> None:
+        """The upstream's headers are in: a stream waits for its first token, a whole answer
+        is being generated."""
+        self._move(Phase.FIRST_TOKEN if stream else Phase.GENERATING)
+
+    def generating(self) -> None:
+        """A whole answer, read from an upstream stream: no first token to report."""
+        self._move(Phase.GENERATING)
+
+    def streaming(self) -> None:
+        """The first token was written."""
+        self._move(Phase.STREAMING)
+
+    def draining(self) -> None:
+        """The client left; the upstream answer is read to its end (drain.py)."""
+        self._move(Phase.DRAINING)
+
+    # -- the outcome ------------------------------------------------------------------------------
+
+    @property
+    def ending(self) -> Ending | None:
+        """The cause recorded (None: none yet), the phase it was in, the failure's kind."""
+        return self._ending
+
+    @property
+    def outcome(self) -> str:
+        """How it ended (outcome.py): `ok` until a cause says otherwise."""
+        return self._outcome
 
     def tried(self) -> list[str]:
         """Every backend the request was sent to (or queued for), in order."""
@@ -96,8 +152,10 @@ class Tracked:
     def end(self, cause: str, kind: str = "", *, begun: bool = True, override: bool = False) -> None:
         """Record how the request ended (request/outcome.py): the first cause wins, unless
         `override` (a cause that supersedes whatever was provisionally recorded)."""
-        if override or self.outcome == OK:
-            self.outcome = outcome_of(self.phase, cause, kind, begun)
+        if override or self._outcome == OK:
+            ending = Ending(Cause(cause), self._phase, kind, begun)
+            self._outcome = ending.outcome  # raises for a failure without its kind, before it is kept
+            self._ending = ending
 
     def fail(self, kind: str, *, override: bool = False) -> None:
         self.end(FAILED, kind, override=override)
@@ -133,7 +191,7 @@ class Tracked:
             return GatewayError("overloaded", self.cancel_message, status=503, retry_after=2)
         return GatewayError("api_error", "the request was cancelled by the gateway's operator", status=503)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "dialect": self.dialect,
@@ -144,7 +202,7 @@ class Tracked:
             "key": self.key_name,
             "client": self.client,
             "endpoint": self.endpoint,
-            "phase": self.phase,
+            "phase": self._phase.value,
             "stream": self.stream,
             "age_s": round(time.monotonic() - self.started, 3),
             "started": self.started_wall,

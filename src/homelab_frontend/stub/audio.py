@@ -126,12 +126,13 @@ def _fastapi_missing(job: Job, field: str) -> web.Response:
                      422)
 
 
-async def _read(job: Job) -> Upload | web.Response:
+async def _read(job: Job) -> Upload | None:
+    """The upload, or None: the body is not a multipart form."""
     job.describe({"upload": True})
     try:
         upload = await read_upload(job)
     except NotMultipart:
-        return None  # type: ignore[return-value]
+        return None
     entry = job.state.requests[-1] if job.state.requests else None
     if entry is not None and entry.get("body") == {"upload": True}:
         entry["body"] = {**upload.fields, **upload.lists,
@@ -179,9 +180,10 @@ async def _whisper_inference(job: Job) -> web.StreamResponse:
     opened = await _opening(job, directives)
     if opened is not None:
         return opened
-    if upload.file("file") is None:
+    file = upload.file("file")
+    if file is None:
         return _error(job, 400, "no 'file' field in the request")
-    name, size, head = upload.file("file")  # type: ignore[misc]
+    name, size, head = file
     duration = wav_seconds(head, size)
     if duration is None:
         return _error(job, 400, "failed to read audio data")

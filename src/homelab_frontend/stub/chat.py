@@ -199,7 +199,7 @@ def _prepare(request: web.Request, flavour: Flavour, state: StubState, body: Any
     state.stats.cached_tokens += cached or 0
     if state.requests:
         state.requests[-1]["cached_tokens"] = cached  # this request's record (no await since)
-    options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+    options = o if isinstance(o := body.get("stream_options"), dict) else {}
     include_usage = options.get("include_usage") is True
     ctx = ResponseContext(
         id=flavour.completion_id(request.headers),
@@ -240,7 +240,7 @@ def _sse(payload: Any) -> bytes:
     return b"data: " + _encode(payload) + b"\n\n"
 
 
-def _wait_ms(gen: Generation, i: int) -> int:
+def _wait_ms(gen: Generation, i: int) -> float:
     """Before event i: the token delay; before the first, `first_ms` if given, and the time to
     first token (ttft_ms, the prefill)."""
     if i:

@@ -270,7 +270,7 @@ async def _completion(request, flavour, body: dict, gen: _Gen, model: str, promp
                "usage": _usage(prompt_tokens, gen.sent)}
         gen.completed()
         return web.Response(body=_encode(doc), content_type="application/json")
-    opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+    opts = o if isinstance(o := body.get("stream_options"), dict) else {}
     include_usage = opts.get("include_usage") is True
     continuous = flavour.name == "vllm" and include_usage and opts.get("continuous_usage_stats") is True
     resp = web.StreamResponse(headers={"Content-Type": flavour.stream_content_type})

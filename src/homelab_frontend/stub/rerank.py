@@ -169,16 +169,17 @@ async def _vllm_rerank(job: Job) -> web.StreamResponse:
     if problem is not None:
         job.reject(400)
         return _vllm_validation(request, problem[0], problem[1])
-    scores = await _score_documents(job, query_text, texts, None)
-    results = sorted(
-        ({"index": i, "document": {"text": d if isinstance(d, str) else None,
-                                   "multi_modal": None if isinstance(d, str) else d.get("content", [])},
-          "relevance_score": s}
-         for i, (d, s) in enumerate(zip(docs, scores))),
-        key=lambda r: r["relevance_score"], reverse=True)
+    assert query_text is not None  # a problem otherwise, answered above
+    documents = [t for t in texts if t is not None]  # all of them: a problem otherwise
+    scores = await _score_documents(job, query_text, documents, None)
+    ranked = sorted(enumerate(zip(docs, scores)), key=lambda pair: pair[1][1], reverse=True)
+    results = [{"index": i, "document": {"text": d if isinstance(d, str) else None,
+                                         "multi_modal": None if isinstance(d, str) else d.get("content", [])},
+                "relevance_score": s}
+               for i, (d, s) in ranked]
     if 0 < top_n < len(results):
         results = results[:top_n]
-    tokens = sum(pair_tokens(query_text, t) for t in texts)  # type: ignore[arg-type]
+    tokens = sum(pair_tokens(query_text, t) for t in documents)
     job.state.stats.prompt_tokens += tokens
     return json_body({"id": f"score-{uuid.uuid4().hex[:16]}", "model": model,
                       "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results})
@@ -214,17 +215,19 @@ async def _vllm_score(job: Job) -> web.StreamResponse:
     if any(t is None for t in left + right):
         job.reject(400)
         return _vllm_error(request, 400, "Input should be a valid string or an object with 'content'", pair[0])
-    if len(left) == 1:
-        left = left * len(right)
-    if len(left) != len(right) or not right:
+    queries = [t for t in left if t is not None]  # all of them: tested above
+    documents = [t for t in right if t is not None]
+    if len(queries) == 1:
+        queries = queries * len(documents)
+    if len(queries) != len(documents) or not documents:
         job.reject(400)
         return _vllm_error(request, 400, "Input lengths must be either 1:1, 1:N or N:N")
-    directives = parse_media_directives(left[0])
+    directives = parse_media_directives(queries[0])
     data, tokens = [], 0
-    for i, (q, d) in enumerate(zip(left, right)):
+    for i, (q, d) in enumerate(zip(queries, documents)):
         await job.work(directives)
-        data.append({"index": i, "object": "score", "score": relevance(q, d)})  # type: ignore[arg-type]
-        tokens += pair_tokens(q, d)  # type: ignore[arg-type]
+        data.append({"index": i, "object": "score", "score": relevance(q, d)})
+        tokens += pair_tokens(q, d)
     job.state.stats.prompt_tokens += tokens
     return json_body({"id": f"score-{uuid.uuid4().hex[:16]}", "object": "list", "created": int(time.time()), "model": model,
                       "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,

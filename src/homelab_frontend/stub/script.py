@@ -50,7 +50,7 @@ AGENT_REASONING_TOKENS = 4
 LONG_CONTENT_TOKENS = 400
 AGENT_BASH_ARGUMENTS = {"command": "echo hello-from-tool"}
 # The same command for the shell tools of other agents: Codex CLI's `exec_command` and `shell`.
-AGENT_SHELL_ARGUMENTS = {
+AGENT_SHELL_ARGUMENTS: dict[str, dict[str, Any]] = {
     "Bash": AGENT_BASH_ARGUMENTS,
     "exec_command": {"cmd": "echo hello-from-tool"},
     "shell": {"command": ["bash", "-lc", "echo hello-from-tool"]},
@@ -265,7 +265,8 @@ def _tool_schema(tools: Any, name: str) -> dict:
     return {}
 
 
-_PLACEHOLDERS = {"string": "hello", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+# looked up by a schema's `type`, whatever JSON value the client put there
+_PLACEHOLDERS: dict[Any, Any] = {"string": "hello", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
 
 
 def agent_arguments(tools: Any, name: str) -> dict:
@@ -273,11 +274,11 @@ def agent_arguments(tools: Any, name: str) -> dict:
     if name in AGENT_SHELL_ARGUMENTS:
         return dict(AGENT_SHELL_ARGUMENTS[name])
     schema = _tool_schema(tools, name)
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    props = p if isinstance(p := schema.get("properties"), dict) else {}
+    required = r if isinstance(r := schema.get("required"), list) else []
     out = {}
     for key in required:
-        prop = props.get(key) if isinstance(props.get(key), dict) else {}
+        prop = q if isinstance(q := props.get(key), dict) else {}
         out[key] = _PLACEHOLDERS.get(prop.get("type"), "hello")
     return out
 
@@ -297,8 +298,8 @@ def schema_instance(schema: Any) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and isinstance(schema.get("properties"), dict)):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        required = schema.get("required") if isinstance(schema.get("required"), list) else list(props)
+        props = p if isinstance(p := schema.get("properties"), dict) else {}
+        required = r if isinstance(r := schema.get("required"), list) else list(props)
         return {k: schema_instance(props.get(k, {})) for k in required if isinstance(k, str)}
     if kind == "array":
         return []
@@ -312,7 +313,7 @@ def _structured_output(body: dict) -> str | None:
     if not isinstance(fmt, dict):
         return None
     if fmt.get("type") == "json_schema":
-        spec = fmt.get("json_schema") if isinstance(fmt.get("json_schema"), dict) else {}
+        spec = s if isinstance(s := fmt.get("json_schema"), dict) else {}
         return json.dumps(schema_instance(spec.get("schema")))
     if fmt.get("type") == "json_object":
         return "{}"
@@ -356,7 +357,7 @@ def _chain(messages: Any) -> tuple[tuple[str, ...], int]:
     turns with tool calls since. (Not only the last user message: clients put text of their own
     after a tool result, e.g. Claude Code's "Tool loaded." after ToolSearch.)"""
     calls = 0
-    for message in reversed(messages if isinstance(messages, list) else ()):
+    for message in reversed(messages if isinstance(messages, list) else []):
         if not isinstance(message, dict):
             continue
         if message.get("role") == "assistant" and message.get("tool_calls"):
@@ -369,7 +370,7 @@ def _chain(messages: Any) -> tuple[tuple[str, ...], int]:
 
 
 def _last_non_system(messages: Any) -> dict:
-    for message in reversed(messages if isinstance(messages, list) else ()):
+    for message in reversed(messages if isinstance(messages, list) else []):
         if not (isinstance(message, dict) and message.get("role") == "system"):
             return message if isinstance(message, dict) else {}
     return {}

@@ -92,7 +92,7 @@ async def _tokenize(request: web.Request) -> web.Response:
     if isinstance(body.get("messages"), list):
         ids = prompt_token_ids(body["messages"])
     else:
-        ids = text_token_ids(body.get("prompt") if isinstance(body.get("prompt"), str) else "")
+        ids = text_token_ids(p if isinstance(p := body.get("prompt"), str) else "")
     return _json({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids, "token_strs": None})
 
 

@@ -185,6 +185,7 @@ def _generate(plan: Plan, limits: Limits) -> list[Event]:
             if matched is not None:
                 return events + [replace(step, finish="stop", stop_reason=matched)]
         else:
+            assert token.delta is not None  # a tool token: _raw_tokens gives each its delta
             # Content held back for a possible stop string is released when the call starts.
             held = stop_filter.flush()
             step = Step(content=held or None, tool_calls=(token.delta,), tokens=token.tokens)

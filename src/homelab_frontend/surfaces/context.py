@@ -30,7 +30,7 @@ class Gateway(Protocol):
     tracker: Tracker
     signer: ThinkingSigner
     responses: ResponsesState
-    cluster: Any  # admission.redis_leases.Registry when a `cluster:` section is configured, else None
+    cluster: Any  # admission.redis_registry.Registry when a `cluster:` section is configured, else None
     supersede: LatestWins  # a client's newest completion per model (admission/supersede.py, redis_supersede.py)
     fleet: Fleet  # managed backends (`run:`): what Ollama's keep_alive and load requests act on
 

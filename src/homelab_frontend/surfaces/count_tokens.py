@@ -38,7 +38,8 @@ async def prompt_tokens(request: web.Request, gw: Gateway, t: Tracked, dialect: 
     t.backend = backend.name
     chat = msgspec.json.decode(build_body(req, upstream_model=route.upstream_model, backend=backend.cfg,
                                           stream=False, max_tokens=None, system_turns=route.system_turns))
-    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, chat)
+    kind = backend.cfg.kind  # None: not yet probed, no tokenizer known (what count_prompt says of it)
+    count = await count_prompt(gw.clients[backend.name], kind, chat) if kind is not None else None
     if count is None:
         count = max(1, len(msgspec.json.encode(chat["messages"])) // _BYTES_PER_TOKEN)
     t.tokens_in = count
@@ -62,7 +63,9 @@ async def tokenize(request: web.Request, gw: Gateway, t: Tracked) -> web.Respons
     backend = next((b for b in route.backends if b.name == principal.pin and b.up), None) or route.choose()
     t.backend = backend.name
     chat = {k: raw[k] for k in ("messages", "tools", "chat_template_kwargs") if k in raw}
-    count = await count_prompt(gw.clients[backend.name], backend.cfg.kind, {"model": route.upstream_model, **chat})
+    kind = backend.cfg.kind
+    count = (await count_prompt(gw.clients[backend.name], kind, {"model": route.upstream_model, **chat})
+             if kind is not None else None)
     t.end(DONE, override=True)
     return web.Response(body=msgspec.json.encode({"count": count}), content_type="application/json",
                         headers=gw.headers(t))

@@ -31,6 +31,7 @@ async def embed(ex: Exchange, body: bytes):
 
 async def read_embeddings(ex: Exchange, upstream: aiohttp.ClientResponse):
     """(the body as the backend sent it, its checked document); the exchange is complete."""
+    assert ex.client is not None and ex.backend is not None  # the exchange is open
     raw = await ex.client.read_all(upstream)
     ex.complete = True
     try:
@@ -64,4 +65,5 @@ def vectors(ex: Exchange, data: list[dict] | None, count: int) -> list[list[floa
     try:
         return vectors_of(data or [], count)
     except ValueError as err:
+        assert ex.backend is not None  # it answered
         raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None

@@ -15,7 +15,7 @@ apart on how they say what is wrong. Pure.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, overload
 
 from .. import canonical as c
 from ..errors import GatewayError
@@ -51,6 +51,10 @@ def as_list(value: Any, path: str) -> list:
     return value
 
 
+@overload
+def string(raw: dict, key: str, path: str, *, required: Literal[True]) -> str: ...
+@overload
+def string(raw: dict, key: str, path: str, *, required: bool = False) -> str | None: ...
 def string(raw: dict, key: str, path: str, *, required: bool = False) -> str | None:
     v = raw.get(key)
     if v is None:

@@ -112,7 +112,9 @@ async def admit(request: web.Request, t: Tracked, admit: Callable[[], Awaitable[
         await admit()
     finally:
         stop.set()
-        if asyncio.current_task().cancelling():  # the client left: nobody to write to
+        me = asyncio.current_task()
+        assert me is not None  # a coroutine run by a task
+        if me.cancelling():  # the client left: nobody to write to
             writer.cancel()
         else:
             try:

@@ -60,13 +60,13 @@ import msgspec
 from aiohttp import web
 
 from .. import canonical as c
-from ..errors import GatewayError, clean_message
+from ..errors import ErrorKind, GatewayError, clean_message
 from ..policy.affinity import session_key
 from ..policy.auth import Principal
 from ..policy.routing import Route
 from ..request.context_clamp import open_chat
 from ..request.exchange import Exchange
-from ..request.tracker import GENERATING, Tracked
+from ..request.tracker import Tracked
 from ..upstream.decode import ChunkDecoder, Malformed, decode_completion
 from ..upstream.client import UpstreamFailure
 from ..upstream.stopmatch import StopMatcher
@@ -95,15 +95,16 @@ class Parsed(Protocol):
     stream: bool
 
 
-P = TypeVar("P", bound=Parsed)
+P = TypeVar("P", bound=Parsed)  # what `inbound` parses: it reads the model and stream of it
+T = TypeVar("T")  # what an Inbound holds: a handler building one itself may hold none (Ollama's embed)
 
 
-class Inbound(Generic[P]):
+class Inbound(Generic[T]):
     """A request read, parsed, routed and let in by its key (step 1)."""
 
     __slots__ = ("body", "parsed", "route", "principal")
 
-    def __init__(self, body: bytes, parsed: P, route: Route, principal: Principal) -> None:
+    def __init__(self, body: bytes, parsed: T, route: Route, principal: Principal) -> None:
         self.body = body
         self.parsed = parsed
         self.route = route
@@ -188,7 +189,7 @@ class Turn:
     """One request in a translating dialect: what `answer` asks of it. Subclass it; set `req` in
     the constructor and override `encoder` and `whole`; the rest are defaults."""
 
-    stream_headers: ClassVar[dict[str, str]] = SSE_HEADERS
+    stream_headers: dict[str, str] = SSE_HEADERS  # a dialect may choose per request (Gemini's framing)
     midstream_code: ClassVar[str] = "api_error"  # the error code for an upstream failing mid-stream
     ping_interval: float | None = None  # keep-alive pings (encoder.ping()) every so many seconds
     # Count the prompt with the backend's tokenizer beside the upstream call (Exchange.count_prompt),
@@ -252,7 +253,8 @@ async def answer(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, tu
         await _settle_prompt(ex, turn)
         body = turn.whole(events, ex)
         await turn.before_final()
-        out = web.Response(body=_encode(body), content_type="application/json", headers=gw.headers(t))
+        out: web.StreamResponse = web.Response(body=_encode(body), content_type="application/json",
+                                               headers=gw.headers(t))
         await out.prepare(request)
         await out.write_eof()
         return out
@@ -302,19 +304,20 @@ async def whole_events(ex: Exchange, req: c.Request, matcher: StopMatcher | None
     turn = turn or _ChatTurn(req)
     if matcher is None and not ex.backend.cfg.streams_upstream and not turn.upstream_stream_only:
         upstream = await turn.open_upstream(ex, stream=False)
+        assert ex.client is not None  # open_upstream set it
         raw = await ex.client.read_all(upstream)
         ex.complete = True
         try:
             events = decode_completion(raw)
         except ValueError as err:  # Malformed, or an error body sent with 200
-            kind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
+            kind: ErrorKind = "upstream_malformed" if isinstance(err, Malformed) else "upstream_error"
             raise GatewayError(kind, f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
         fold.whole(events)
         return events
 
     async def read() -> list[c.Event]:
         upstream = await turn.open_upstream(ex, stream=True, send_stop=matcher is None, count_prompt=count_prompt)
-        ex.t.phase = GENERATING
+        ex.t.generating()
         stops = StopMatcher(req.stop) if matcher is not None else None  # each try matches anew
         try:
             return [ev async for events in stream_events(upstream, ex, stops, fold, turn.decoder())
@@ -379,7 +382,7 @@ async def _relay(upstream, ex: Exchange, t: Tracked, turn: Turn, enc: StreamEnco
         t.fail(err.kind, override=True)
         await ex.send(out, enc.fail(turn.midstream_code, str(err)))
     except asyncio.CancelledError:
-        err = ex.own_cancel()
-        if err is None:
+        own = ex.own_cancel()
+        if own is None:
             raise
-        raise err from None
+        raise own from None

@@ -36,6 +36,7 @@ async def stream_events(
     once, without the rest of what arrived with it. `decoder`: a chat ChunkDecoder unless given
     (upstream/text_decode.py decodes legacy completions and llama.cpp's /infill alike)."""
     decoder = ChunkDecoder() if decoder is None else decoder
+    assert ex.client is not None  # the exchange is open: `upstream` is its answer
     try:
         async for batch in ex.client.sse(upstream):
             ex.progress += 1

@@ -42,7 +42,7 @@ class UsageFold:
 
     def chunk(self, events: list[c.Event]) -> bool:
         """The canonical events of one upstream chunk. -> True if they hold the first token."""
-        usage = None
+        usage: c.Event | None = None
         n = 0
         started = False
         for ev in events:
@@ -53,29 +53,15 @@ class UsageFold:
                 usage = ev
             elif kind is _ToolCallStart:
                 started = True
-        t = self.t
-        # add()'s rules, spelled out: this runs once per upstream chunk
-        if usage is not None:
-            if usage.input_tokens is not None:
-                t.tokens_in = usage.input_tokens
-            if usage.cached_input_tokens is not None:
-                t.tokens_cached = usage.cached_input_tokens
-            if usage.output_tokens is not None:
-                t.tokens_out = usage.output_tokens  # this chunk's own tokens included
-            elif n:
-                t.tokens_out += n
-        elif n:
-            t.tokens_out += n
-        if self.first and (n or started):
-            self.first = False
-            self.ex.first_token()
-            return True
-        return False
+        if type(usage) is _Usage:
+            return self.add(usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, n, started)
+        return self.add(None, None, None, n, started)
 
     def add(self, input_tokens: int | None, output_tokens: int | None, cached: int | None,
             generated: int, started: bool = False) -> bool:
         """One chunk in counts: the upstream's report (None: not reported) and the deltas it
-        generated. -> True if it holds the first token. For a relay that decodes no events."""
+        generated. -> True if it holds the first token. The one place the rules above are
+        written: `chunk`, `whole` and the OpenAI relay (which decodes no events) all come here."""
         t = self.t
         if input_tokens is not None:
             t.tokens_in = input_tokens

@@ -98,7 +98,7 @@ class Tracer:
             if part is not None:
                 t.trace.prompt = msgspec.json.encode(part)[:_PROMPT_LIMIT].decode("utf-8", "ignore")
 
-    def export(self, t, path: str = "") -> None:
+    def export(self, t: plan_mod.SpanRecord, path: str = "") -> None:
         trace = t.trace
         if trace is None or not trace.sampled or not t.model:
             return  # not a model call (a listing a client polls, a refused key): no trace worth keeping

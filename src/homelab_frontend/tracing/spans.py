@@ -17,7 +17,9 @@ inside its parent.
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
+
+from .traceparent import RequestTrace
 
 SERVER, CLIENT, INTERNAL = "server", "client", "internal"
 # the operation by the path's last segment (OpenTelemetry's gen_ai names where it has one)
@@ -36,8 +38,57 @@ class PlannedSpan(NamedTuple):
     attributes: dict
 
 
-def plan(t, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
+class SpanRecord(Protocol):
+    """What a plan reads of a finished request's record (request.tracker.Tracked). Declared here,
+    read-only: tracing sits beside the request layer and does not import it."""
+
+    @property
+    def trace(self) -> RequestTrace | None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def dialect(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def upstream_model(self) -> str | None: ...
+    @property
+    def backend(self) -> str | None: ...
+    @property
+    def key_name(self) -> str | None: ...
+    @property
+    def stream(self) -> bool: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def started_wall(self) -> float: ...
+    @property
+    def tokens_in(self) -> int | None: ...
+    @property
+    def tokens_out(self) -> int: ...
+    @property
+    def tokens_cached(self) -> int | None: ...
+    @property
+    def slot_seconds(self) -> float: ...
+    @property
+    def queue_wait(self) -> float | None: ...
+    @property
+    def load_wait(self) -> float: ...
+    @property
+    def ttft(self) -> float | None: ...
+    @property
+    def client(self) -> str: ...
+    @property
+    def endpoint(self) -> str: ...
+
+
+def plan(t: SpanRecord, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
     trace = t.trace
+    assert trace is not None  # Tracer.export plans only a sampled request's spans
     end_mono = time.monotonic() if now_mono is None else now_mono
     t0 = t.started_wall
     start, end = t0, t0 + max(0.0, end_mono - t.started)
@@ -59,9 +110,9 @@ def plan(t, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
         attrs["gen_ai.response.model"] = t.upstream_model
     if t.key_name:
         attrs["homelab.key"] = t.key_name
-    if getattr(t, "client", ""):  # the address as believed (policy/forwarded.py), not a proxy's
+    if t.client:  # the address as believed (policy/forwarded.py), not a proxy's
         attrs["client.address"] = t.client
-    if getattr(t, "endpoint", ""):  # the route as written: OTel's http.route
+    if t.endpoint:  # the route as written: OTel's http.route
         attrs["http.route"] = t.endpoint
     if t.backend:
         attrs["homelab.backend"] = t.backend
@@ -86,7 +137,7 @@ def plan(t, now_mono: float | None = None, path: str = "") -> list[PlannedSpan]:
     queue = t.queue_wait or 0.0
     spans.append(PlannedSpan("queue", _child(trace.span_id, 1), trace.span_id, INTERNAL,
                              max(start, admitted - queue), max(start, admitted), {"homelab.backend": t.backend or ""}))
-    load = getattr(t, "load_wait", None) or 0.0
+    load = t.load_wait
     up_start = admitted
     if load:
         spans.append(PlannedSpan("load wait", _child(trace.span_id, 2), trace.span_id, INTERNAL,

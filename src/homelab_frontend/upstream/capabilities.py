@@ -50,7 +50,8 @@ def parse_ollama_show(doc: object) -> Facts | None:
     if not isinstance(doc, dict) or not isinstance(doc.get("capabilities"), list):
         return None
     caps = tuple(c for c in doc["capabilities"] if isinstance(c, str) and c)
-    info = doc.get("model_info") if isinstance(doc.get("model_info"), dict) else {}
+    raw_info = doc.get("model_info")
+    info: dict = raw_info if isinstance(raw_info, dict) else {}
     arch = info.get("general.architecture")
     ctx = _int(info.get(f"{arch}.context_length")) if isinstance(arch, str) else None
     return Facts(

@@ -307,7 +307,7 @@ lands on matters)."""
         try:
             async with await self._request("GET", self.root + url_path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                 if resp.status != 200:
-                    raise GatewayError("upstream_error", f"{url_path}: {resp.status}", status=502)
+                    raise GatewayError("upstream_error", f"backend {self.name!r} answered {resp.status} to {url_path}", status=502)
                 raw = await read_body(resp, self.name, self.cfg.limits.max_body_bytes)
                 return raw.decode(resp.charset or "utf-8", "replace")
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as err:

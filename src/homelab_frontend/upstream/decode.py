@@ -34,6 +34,15 @@ Quirks handled (and the choices made)
   after `</tool_call>`, vllm PR #45287) in the same delta as the last argument bytes of the call
   that text follows; those bytes were generated before the text. New calls go after content
   (GLM-style "text, then a call" in one delta, vllm PR #32266).
+* Whitespace-only text right after a tool call is held: vLLM can stream the `"\n"` after
+  `</tool_call>` as content in a chunk of its own and only then send the call's last argument
+  bytes (its end-of-stream "unstreamed arguments" fix-up, vllm PR #45287). A dialect that closes
+  a call's block or item when text follows (Anthropic, Responses, Gemini) could not place those
+  bytes any more. So, from a call's start until text or reasoning follows it, whitespace-only
+  text is not emitted: it goes out in front of the next text that is not only whitespace, and
+  is dropped when reasoning, another call or the end comes first (a
+  whitespace-only block carries nothing, and the Anthropic API rejects blank text blocks in
+  history). This is the only text the decoder ever holds, and only whitespace.
 * Reasoning: `delta.reasoning` (vLLM >= 0.11.1, Ollama) else `delta.reasoning_content`
   (vLLM <= 0.15 compat alias, llama.cpp). When both are present only `reasoning` is used, so the
   text is emitted once. An empty string is treated as absent (never an event for "").
@@ -70,13 +79,14 @@ Quirks handled (and the choices made)
 from __future__ import annotations
 
 import json
-from typing import Literal, Union
+from typing import Literal, Protocol, Union
 
 import msgspec
 
 from ..canonical import (
     Event,
     Finish,
+    FinishReason,
     ReasoningDelta,
     TextDelta,
     ToolArgsDelta,
@@ -188,7 +198,7 @@ class ChunkHead(msgspec.Struct):
 decode_head = msgspec.json.Decoder(ChunkHead).decode
 _JSON = msgspec.json.Encoder()
 
-_FINISH_MAP = {
+_FINISH_MAP: dict[str, FinishReason] = {
     "stop": "stop",
     "length": "length",
     "tool_calls": "tool_calls",
@@ -198,13 +208,28 @@ _FINISH_MAP = {
 _FAILED_FINISH = frozenset({"abort", "error"})
 
 
-def _error_kind(type_: str | None, code: int | str | None) -> str:
+def _error_kind(type_: str | None, code: int | str | None) -> Literal["api_error", "overloaded_error"]:
     if code in (503, 529, "503", "529") or (type_ and "overloaded" in type_.lower()):
         return "overloaded_error"
     return "api_error"
 
 
-def _chunk_error(chunk: _Chunk) -> UpstreamError | None:
+class _ErrorShape(Protocol):
+    """Where an upstream says it failed, in a chunk or a whole body (_Chunk, _Embeddings)."""
+
+    @property
+    def object(self) -> str | None: ...
+    @property
+    def error(self) -> _ErrorInfo | str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def type(self) -> str | None: ...
+    @property
+    def code(self) -> int | str | None: ...
+
+
+def _chunk_error(chunk: _ErrorShape) -> UpstreamError | None:
     """An error chunk as an event; its text is cleaned here, at the source, since it is the
     upstream's own words and goes on to a client (no traceback, no internal address)."""
     err = chunk.error
@@ -247,7 +272,8 @@ class _Call:
 class ChunkDecoder:
     """Decodes one upstream chat-completion stream, chunk by chunk (see the module docstring)."""
 
-    __slots__ = ("done", "finished", "_calls", "_pending", "_next_index", "_last_key", "_anon", "_thought")
+    __slots__ = ("done", "finished", "_calls", "_pending", "_next_index", "_last_key", "_anon", "_thought",
+                 "_after_call", "_held_ws")
 
     def __init__(self) -> None:
         self.done = False  # `[DONE]` seen
@@ -258,6 +284,8 @@ class ChunkDecoder:
         self._last_key: int | None = None
         self._anon = -1  # synthetic keys for index-less calls: -1, -2, ...
         self._thought = False  # reasoning seen (only the first may carry a stray <think>)
+        self._after_call = False  # a call started, and no text or reasoning came after it yet
+        self._held_ws = ""  # whitespace-only text held after a call (module docstring)
 
     def feed(self, payload: bytes) -> list[Event]:
         if self.done:
@@ -311,6 +339,25 @@ class ChunkDecoder:
                 out.append(TextDelta(delta.content))
         if choice.finish_reason is not None:
             out.append(self._finish(choice.finish_reason, choice.stop_reason))
+        return self._hold_whitespace(out) if self._next_index else out
+
+    def _hold_whitespace(self, events: list[Event]) -> list[Event]:
+        """The events of a chunk with whitespace-only text after a tool call held (see the module
+        docstring). Runs only once a call has started: before that, no chunk pays for it."""
+        out: list[Event] = []
+        for ev in events:
+            if type(ev) is TextDelta and self._after_call:
+                if ev.text.isspace():
+                    self._held_ws += ev.text
+                    continue
+                self._after_call = False
+                if self._held_ws:
+                    ev, self._held_ws = TextDelta(self._held_ws + ev.text), ""
+            elif type(ev) is ToolCallStart:
+                self._after_call, self._held_ws = True, ""
+            elif type(ev) is ReasoningDelta:
+                self._after_call, self._held_ws = False, ""
+            out.append(ev)
         return out
 
     def _finish(self, reason: str, stop_reason: int | str | None) -> Event:

@@ -5,15 +5,37 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from .. import config as cfgmod
 from . import budgets
-from .record import Record, entry_of
-from .rollup import aggregate
+from .record import Entry, Record, entry_of
+from .rollup import Dims, aggregate
+
+
+class Store(Protocol):
+    """Where the counts live: sqlite_store.SqliteStore (one gateway) or redis_store.RedisStore
+    (replicas sharing a Redis). `put` is never awaited (the hot path); the rest are."""
+
+    def put(self, e: Entry, budgeted: bool = False) -> None: ...
+
+    async def used_tokens(self, key: str, now: float) -> tuple[int, int]: ...
+
+    async def rows(self, since: float | None, until: float | None, key: str | None,
+                   model: str | None) -> list[tuple[Dims, list[float]]]: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def health(self) -> dict:
+        """Its own account of itself for /healthz and /metrics: `ok`, and what else it knows."""
+        ...
 
 
 class Ledger:
     def __init__(self, cfg: cfgmod.Config, redis_client=None) -> None:
+        self.store: Store
         if redis_client is not None:
             from .redis_store import RedisStore
 
@@ -64,8 +86,7 @@ class Ledger:
 
     def health(self) -> dict:
         """The store's own account of itself (the SQLite writer thread: alive, its last failure)."""
-        health = getattr(self.store, "health", None)
-        return health() if health is not None else {"ok": True}
+        return self.store.health()
 
     async def start(self) -> None:
         await self.store.start()

@@ -44,10 +44,12 @@ class Record(Protocol):
     slot_seconds: float
     queue_wait: float | None
     load_wait: float  # of queue_wait, the wait for a managed server to start
-    outcome: str
     body_bytes: int | None
     upstream_headers: float | None  # None: the backend never answered (it ran nothing)
     units: dict[str, float] | None  # a relayed call's own units (surfaces/media/units.py)
+
+    @property
+    def outcome(self) -> str: ...  # the record's own, read-only (request/outcome.py)
 
 
 class Entry(msgspec.Struct, array_like=True):

@@ -14,7 +14,7 @@ top, so it is never counted late. Keys without a budget are counted with the nex
 added by a reload then starts from the right figure). Redis unreachable at admission: a 503, not
 a waived budget. A Redis that answers late is waited for, as by every user of the cluster's
 client: its socket bound is the time after which Redis counts as gone (half a lease,
-admission/redis_leases.py), so a pause of a second or two delays a budget check, never fails it.
+admission/redis_registry.py), so a pause of a second or two delays a budget check, never fails it.
 """
 
 from __future__ import annotations
@@ -190,6 +190,10 @@ class RedisStore:
 
     async def start(self) -> None:
         pass
+
+    def health(self) -> dict:
+        """Nothing of its own to report: Redis's reachability is the cluster registry's."""
+        return {"ok": True}
 
     async def close(self) -> None:
         if self._flusher is not None:

@@ -72,7 +72,8 @@ def default_path() -> str:
 
 def read_rows(db: sqlite3.Connection, since: float | None, until: float | None,
               key: str | None, model: str | None) -> list[tuple[Dims, list[float]]]:
-    where, args = [], []
+    where: list[str] = []
+    args: list[float | str] = []
     if since is not None:
         where.append("start >= ?")
         args.append(int(since // HOUR) * HOUR)

@@ -17,6 +17,12 @@ class Rec:
     def __init__(self, rid: str = "r") -> None:
         self.id, self.phase, self.load_wait = rid, "queued", 0.0
 
+    def queued(self) -> None:
+        self.phase = "queued"
+
+    def loading(self) -> None:
+        self.phase = "loading"
+
     def cancel(self, reason: str, message: str = "") -> bool:
         return False
 

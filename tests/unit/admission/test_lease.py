@@ -20,6 +20,12 @@ class _Holder:
         self.phase = "queued"
         self.load_wait = 0.0
 
+    def queued(self) -> None:
+        self.phase = "queued"
+
+    def loading(self) -> None:
+        self.phase = "loading"
+
     def cancel(self, reason: str, message: str = "") -> bool:
         return True
 

@@ -25,6 +25,7 @@ class Handle:
         self.id = name
         self.cancels: list[tuple[str, str]] = []
         self.ended = False
+        self.task: asyncio.Task | None = None  # no task of its own to wait on (supersede.Cancellable)
 
     def cancel(self, reason: str, message: str = "") -> bool:
         if self.ended or self.cancels:
@@ -220,7 +221,7 @@ class Task(Handle):
 
 
 async def _replica(url: str, name: str):
-    from homelab_frontend.admission.redis_leases import Registry
+    from homelab_frontend.admission.redis_registry import Registry
 
     reg = Registry(cfgmod.Cluster(redis_url=url, lease_s=3.0, replica_id=name))
     await reg.start()
@@ -307,7 +308,7 @@ def test_a_registration_given_up_on_in_a_paused_redis_does_not_cancel_its_own_re
     import os
     import signal
 
-    from homelab_frontend.admission.redis_leases import Registry
+    from homelab_frontend.admission.redis_registry import Registry
     from homelab_frontend.admission.redis_supersede import KEY_PREFIX
 
     async def main(r: RedisServer):

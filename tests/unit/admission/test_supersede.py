@@ -14,6 +14,7 @@ class Handle:
     def __init__(self) -> None:
         self.cancels: list[tuple[str, str]] = []
         self.done = False
+        self.task = None  # no task of its own to wait on (supersede.Cancellable)
 
     def cancel(self, reason: str, message: str = "") -> bool:
         if self.done or self.cancels:
@@ -72,6 +73,7 @@ def test_latest_lets_the_cancelled_request_act_before_the_new_one_goes_on():
         class Task:
             def __init__(self, name):
                 self.name = name
+                self.task = None  # nothing to wait on: latest() yields to the loop once
 
             def cancel(self, reason, message=""):
                 asyncio.get_running_loop().call_soon(order.append, f"{self.name} cancelled")

@@ -101,6 +101,12 @@ class Rec:
     def __init__(self, rid: str) -> None:
         self.id, self.phase, self.load_wait = rid, "queued", 0.0
 
+    def queued(self):
+        self.phase = "queued"
+
+    def loading(self):
+        self.phase = "loading"
+
     def cancel(self, reason, message=""):
         return False
 
@@ -313,5 +319,85 @@ def test_two_backends_one_gpu_serve_everyone_never_both_running_never_stopped_un
 
         done = await asyncio.wait_for(asyncio.gather(*(req(n, t) for n, t in reqs)), 30)
         assert len(done) == len(reqs) and not violations, violations
+        await fleet.close()
+    asyncio.run(go())
+
+
+async def _ready_and_seen(policy: str = "batch"):
+    """A ready unit with two slots, the loop not running: each round is a `step()` of the test's,
+    and `kicks` counts what would have woken the loop."""
+    fleet = Fleet(spawner=Spawner(), prober=Prober())
+    fleet.configure(config("a"))
+    fleet.policy = policy
+    pool = SlotPool("a", 2, 8, 5)
+    fleet.attach("a", pool)
+    fleet.want("a")
+    fleet.step()
+    await fleet.units["a"].effect
+    fleet.step()  # the round that sees it ready and idle
+    kicks: list[int] = []
+    fleet.kick = lambda: kicks.append(1)  # type: ignore[method-assign]
+    return fleet, pool, kicks
+
+
+async def _queued(pool: SlotPool, n: int) -> asyncio.Task:
+    task = asyncio.get_running_loop().create_task(pool.acquire())
+    while pool.queued < n:
+        await asyncio.sleep(0)
+    return task
+
+
+def test_slots_taken_and_given_back_wake_the_loop_only_when_the_demand_moves():
+    async def go():
+        fleet, pool, kicks = await _ready_and_seen()
+        u = fleet.units["a"]
+        before = u.last_used
+        lease = await pool.acquire()
+        pool.release(lease)
+        assert kicks == [] and u.last_used > before  # the round saw it idle; only its idle clock moved
+        lease = await pool.acquire()
+        fleet.step()  # a round sees it busy: it may have decided to drain it
+        pool.release(lease)
+        assert len(kicks) == 1  # the last slot freed
+        fleet.step()
+        held = [await pool.acquire(), await pool.acquire()]
+        fleet.step()
+        kicks.clear()
+        first = await _queued(pool, 1)
+        assert len(kicks) == 1  # a first waiter
+        fleet.step()
+        second = await _queued(pool, 2)
+        pool.release(held.pop())  # granted to the first waiter: one still waits, both slots held
+        assert await first and pool.queued == 1 and len(kicks) == 1
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        assert len(kicks) == 2  # the last waiter gone
+        fleet.step()
+        pool.queue.timeout_s = 0.05
+        expiring = await _queued(pool, 1)
+        fleet.step()
+        with pytest.raises(GatewayError):
+            await expiring
+        assert len(kicks) == 4  # its arrival, and its expiry
+        await fleet.close()
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("policy, wakes", [("batch", 0), ("fifo", 1)])
+def test_the_oldest_waiter_leaving_wakes_the_loop_under_fifo_only(policy, wakes):
+    """Under fifo a queue's oldest request may hold back another queue: when it leaves, the
+    round must let that one in. Under batch nothing the policy reads moved while one still waits."""
+    async def go():
+        fleet, pool, kicks = await _ready_and_seen(policy)
+        held = [await pool.acquire(), await pool.acquire()]
+        oldest = await _queued(pool, 1)
+        await _queued(pool, 2)
+        fleet.step()
+        kicks.clear()
+        oldest.cancel()
+        await asyncio.gather(oldest, return_exceptions=True)
+        assert pool.queued == 1 and len(kicks) == wakes
+        for lease in held:
+            pool.release(lease)
         await fleet.close()
     asyncio.run(go())

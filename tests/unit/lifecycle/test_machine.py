@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from homelab_frontend.lifecycle.machine import BUSY, TRANSITIONS, Event, Goal, IllegalMove, next_state
+from homelab_frontend.lifecycle.machine import (BUSY, GOAL_MOVES, TRANSITIONS, Aim, Event, Goal, IllegalAim, IllegalMove,
+                                                next_goal, next_state)
 from homelab_frontend.lifecycle.swap_policy import HOLDING, STARTABLE, UnitState
 
 
@@ -55,17 +56,38 @@ def test_any_event_sequence_stays_in_the_table_and_busy_states_are_entered_only_
     assert BUSY <= HOLDING
 
 
-@given(st.lists(st.sampled_from(["wanted", "unwanted", "stopped", "respawned"]), max_size=30),
-       st.sampled_from(list(Goal)))
-def test_the_goal_never_forgets_a_removal_and_a_stop_clears_all_but_it(ops, g):
-    for op in ops:
+@given(st.lists(st.sampled_from(list(Aim)), max_size=30), st.sampled_from(list(Goal)))
+def test_the_goal_never_forgets_a_removal_but_by_a_return_and_a_stop_clears_all_but_it(aims, g):
+    for aim in aims:
         before = g
-        g = getattr(g, op)()
-        if before is Goal.REMOVE:
+        try:
+            g = next_goal("a", g, aim)
+        except IllegalAim:
+            assert (before, aim) not in GOAL_MOVES
+            assert (aim is Aim.RETURN) is (before is not Goal.REMOVE)  # the only holes in the table
+            continue
+        if before is Goal.REMOVE and aim is not Aim.RETURN:
             assert g is Goal.REMOVE
-        if op == "stopped":
+        if aim is Aim.GONE:
             assert g in (Goal.KEEP, Goal.REMOVE)
-        if op == "unwanted":
+        if aim is Aim.UNWANT:
             assert g.evict
-        if op == "wanted" and before is not Goal.REMOVE:
+        if aim in (Aim.WANT, Aim.SLEPT) and before is not Goal.REMOVE:
             assert not g.evict
+        if aim is Aim.RESPAWN:
+            assert g is Goal.REMOVE or not g.stale  # the new process is the current command
+
+
+def test_the_goal_table_holds_every_move_but_a_return_of_what_was_not_removed_and_a_change_of_what_was():
+    holes = {(g, a) for g in Goal for a in Aim} - set(GOAL_MOVES)
+    assert holes == {(g, Aim.RETURN) for g in Goal if g is not Goal.REMOVE} | {(Goal.REMOVE, Aim.CHANGE)}
+    assert GOAL_MOVES[(Goal.REMOVE, Aim.RETURN)] is Goal.REPLACE
+    assert all(GOAL_MOVES[(g, Aim.DROP)] is Goal.REMOVE for g in Goal)
+
+
+def test_an_illegal_goal_move_raises_with_the_backend_and_the_move():
+    with pytest.raises(IllegalAim) as ei:
+        next_goal("a", Goal.KEEP, Aim.RETURN)
+    assert "'a'" in str(ei.value) and "return" in str(ei.value) and "keep" in str(ei.value)
+    with pytest.raises(IllegalAim):
+        next_goal("a", Goal.REMOVE, Aim.CHANGE)  # a removed backend comes back only by a return

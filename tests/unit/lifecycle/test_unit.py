@@ -14,7 +14,7 @@ from homelab_frontend import config as cfgmod
 from homelab_frontend.admission.slots import SlotPool
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.lifecycle.keep_alive import FOREVER
-from homelab_frontend.lifecycle.machine import Event, IllegalMove
+from homelab_frontend.lifecycle.machine import Aim, Event, Goal, IllegalAim, IllegalMove
 from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.unit import Door, Managed
 
@@ -44,6 +44,22 @@ def test_an_illegal_move_raises_and_leaves_the_record_as_it_was():
     with pytest.raises(IllegalMove):
         u.advance(Event.UP)  # stopped cannot become ready without a start
     assert u.state is UnitState.STOPPED and changes == []
+
+
+def test_the_goal_moves_only_by_an_aim_and_an_illegal_one_leaves_it_as_it_was():
+    u = _unit()
+    assert u.goal is Goal.KEEP and not u.evict
+    with pytest.raises(AttributeError):
+        u.goal = Goal.REMOVE  # type: ignore[misc]  # what this test proves: no assignment from outside
+    assert u.aim(Aim.UNWANT) is Goal.STOP and u.evict and not u.stale
+    assert u.aim(Aim.CHANGE) is Goal.REPLACE and u.stale
+    with pytest.raises(IllegalAim):
+        u.aim(Aim.RETURN)  # it was never removed
+    assert u.goal is Goal.REPLACE
+    assert u.aim(Aim.DROP) is Goal.REMOVE and u.removed
+    with pytest.raises(IllegalAim):
+        u.aim(Aim.CHANGE)  # a removed one comes back by a return, not by a change of its run
+    assert u.aim(Aim.RETURN) is Goal.REPLACE and not u.removed
 
 
 def test_a_follower_takes_the_leaders_state_without_a_move_of_its_own():
@@ -118,11 +134,8 @@ class _Fleet:
     def refusal(self, name):
         return GatewayError("backend_down", f"{name} is backing off")
 
-    def touched(self, name):
-        self.calls.append(("touched", name))
-
-    def kick(self):
-        self.calls.append(("kick",))
+    def slot_event(self, name):
+        self.calls.append(("slot_event", name))
 
     def load_eta_s(self, name):
         return 42.0
@@ -134,5 +147,5 @@ def test_the_door_asks_the_fleet_and_tells_it_of_every_change():
     assert door.admits() and not Door(fleet, "c").admits()
     assert door.refusal().kind == "backend_down"
     door.changed()
-    assert fleet.calls[-2:] == [("touched", "b"), ("kick",)]
+    assert fleet.calls[-1] == ("slot_event", "b")
     assert door.load_s() == 42.0

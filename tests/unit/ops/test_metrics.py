@@ -48,7 +48,8 @@ def test_live_gauges_are_read_at_scrape_time(tmp_path):
     def fn(gw, t):
         before = generate_latest(gw.metrics.registry).decode()
         gw.backends["gpu0"].pool.in_use = 2
-        t.backend, t.phase = "gpu0", "streaming"
+        t.backend = "gpu0"
+        t.connecting(), t.answering(stream=True), t.streaming()
         gw.tracker.add(t)
         return before, generate_latest(gw.metrics.registry).decode()
 

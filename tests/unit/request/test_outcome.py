@@ -60,7 +60,7 @@ def test_first_cause_wins_unless_overridden(causes):
 
 def test_the_record_names_the_phase_it_left_in():
     t = _record()
-    t.phase = tr.STREAMING
+    t.connecting(), t.answering(stream=True), t.streaming()
     t.end(LEFT, override=True)
     assert t.outcome == "cancelled_streaming"
 

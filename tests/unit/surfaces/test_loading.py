@@ -11,7 +11,7 @@ import ollama
 from openai.types.chat import ChatCompletionChunk
 
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.request.tracker import QUEUED, Tracked
+from homelab_frontend.request.tracker import Tracked
 from homelab_frontend.surfaces import loading
 from homelab_frontend.surfaces.ollama.handler import OllamaTurn
 from homelab_frontend.surfaces.ollama.request import parse_chat, parse_generate
@@ -65,7 +65,7 @@ def test_admission_is_untouched_without_a_stream_a_load_or_an_interval():
             await loading.admit(request, t, admit, _Loading("m"), dict, interval, False)
             assert loading.EARLY not in request
         t = Tracked("r", "openai", "m", None, True)
-        t.phase = QUEUED  # waits for a busy backend, not a load: no early headers
+        t.queued()  # waits for a busy backend, not a load: no early headers
 
         async def slow():
             await asyncio.sleep(0.2)

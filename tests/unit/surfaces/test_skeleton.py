@@ -65,6 +65,7 @@ class _Exchange:
     def __init__(self, client: _Client, *, streams_upstream: bool = False, reports_stop_reason: bool = True,
                  own_cancel: GatewayError | None = None) -> None:
         self.t = Tracked("req_sk", "test", "m", None, True)
+        self.t.connecting()  # the slot held, as request.exchange has it before the upstream is asked
         self.client = client
         self.backend = SimpleNamespace(name="b", cfg=SimpleNamespace(streams_upstream=streams_upstream,
                                                                      reports_stop_reason=reports_stop_reason))

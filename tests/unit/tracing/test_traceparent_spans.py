@@ -46,7 +46,7 @@ def _record(**kw):
     base = dict(trace=trace, started=100.0, started_wall=1000.0, model="m", upstream_model="up", id="req_1",
                 dialect="openai", outcome="ok", stream=True, status=200, key_name="k", backend="b",
                 tokens_in=20, tokens_out=7, tokens_cached=None, slot_seconds=2.0, queue_wait=0.5, ttft=1.2,
-                client="192.0.2.7", endpoint="/llm/v1/chat/completions")
+                client="192.0.2.7", endpoint="/llm/v1/chat/completions", load_wait=0.0)
     return SimpleNamespace(**{**base, **kw})
 
 

@@ -223,8 +223,57 @@ def test_continuation_args_go_before_content_in_the_same_delta():
     # vllm PR #45287: the "\n" after </tool_call> arrives with the call's last argument bytes
     dec = ChunkDecoder()
     dec.feed(b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"t1","function":{"name":"f","arguments":"{\\"a\\":"}}]}}]}')
-    p = b'{"choices":[{"index":0,"delta":{"content":"\\n","tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}'
-    assert dec.feed(p) == [ToolArgsDelta(0, "1}"), TextDelta("\n")]
+    p = b'{"choices":[{"index":0,"delta":{"content":"\\nDone.","tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}'
+    assert dec.feed(p) == [ToolArgsDelta(0, "1}"), TextDelta("\nDone.")]
+
+
+def _content(text: str) -> bytes:
+    return b'{"choices":[{"index":0,"delta":{"content":%s}}]}' % json.dumps(text).encode()
+
+
+def _call(index: int, call_id: str | None, name: str | None, args: str) -> bytes:
+    fn: dict = {"arguments": args}
+    tc: dict = {"index": index, "function": fn}
+    if name is not None:
+        fn["name"] = name
+    if call_id is not None:
+        tc["id"] = call_id
+    return json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [tc]}}]}).encode()
+
+
+def test_whitespace_after_a_call_is_held_so_late_arguments_stay_with_their_call():
+    # vllm PR #45287: the "\n" after </tool_call> streamed as content in a chunk of its own, then
+    # the call's last argument bytes (the end-of-stream fix-up). Held, the "\n" cannot split them
+    # from their call in a dialect that closes a call's block when text follows.
+    _, out = feed_all([
+        _call(0, "call_1", "f", '{"a": '),
+        _content("\n"),
+        _call(0, None, None, "1}"),
+        _content("\n"),
+        _content("Done."),  # not whitespace: goes out with what was held in front of it
+        _call(1, "call_2", "g", "{}"),
+        _content(" \n"),  # held, then dropped by the end
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
+        b"[DONE]",
+    ])
+    assert out == [ToolCallStart(0, "call_1", "f"), ToolArgsDelta(0, '{"a": '), ToolArgsDelta(0, "1}"),
+                   TextDelta("\n\nDone."), ToolCallStart(1, "call_2", "g"), ToolArgsDelta(1, "{}"),
+                   Finish("tool_calls")]
+
+
+def test_whitespace_held_after_a_call_is_dropped_by_reasoning_or_another_call():
+    _, out = feed_all([_call(0, "c1", "f", "{}"), _content("\n"), _reasoning_chunk("hm"), _content(" x")])
+    assert out == [ToolCallStart(0, "c1", "f"), ToolArgsDelta(0, "{}"), ReasoningDelta("hm"), TextDelta(" x")]
+    _, out = feed_all([_call(0, "c1", "f", "{}"), _content("\n"), _call(1, "c2", "g", "{}"), _content("y")])
+    assert out == [ToolCallStart(0, "c1", "f"), ToolArgsDelta(0, "{}"), ToolCallStart(1, "c2", "g"),
+                   ToolArgsDelta(1, "{}"), TextDelta("y")]
+
+
+def test_whitespace_is_held_only_after_a_call():
+    _, out = feed_all([_content("\n"), _content(" "), _content("a"), _content("\n")])
+    assert out == [TextDelta("\n"), TextDelta(" "), TextDelta("a"), TextDelta("\n")]
+    _, out = feed_all([_call(0, "c1", "f", "{}"), _content("ok"), _content("\n")])
+    assert out[-2:] == [TextDelta("ok"), TextDelta("\n")]  # text came after the call: nothing held
 
 
 def test_tool_finish_stop_with_calls_becomes_tool_calls():

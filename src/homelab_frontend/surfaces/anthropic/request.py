@@ -166,7 +166,7 @@ _SERVER_BLOCK_TYPES = (
     "mcp_tool_result",
     "container_upload",
 )
-_WServerBlocks = tuple(
+_WServerBlocks: tuple[type[msgspec.Struct], ...] = tuple(
     msgspec.defstruct(f"_WServer_{t}", [], tag=t) for t in _SERVER_BLOCK_TYPES
 )
 
@@ -179,8 +179,10 @@ _WBlock = (
     | _WThinking
     | _WRedactedThinking
 )
+# the generated server-tool blocks join the union at run time (msgspec reads it then); a checker
+# sees the static members only
 for _t in _WServerBlocks:
-    _WBlock = _WBlock | _t  # type: ignore[assignment]
+    _WBlock = _WBlock | _t  # type: ignore[assignment,misc]
 
 
 class _WMessage(msgspec.Struct):
@@ -689,7 +691,7 @@ def _type_of(block: Any) -> str:
     return type(block).__struct_config__.tag or type(block).__name__
 
 
-_DROPPED = (_WRedactedThinking, *_WServerBlocks)
+_DROPPED: tuple[type, ...] = (_WRedactedThinking, *_WServerBlocks)
 
 
 def _is_dropped(block: Any) -> bool:

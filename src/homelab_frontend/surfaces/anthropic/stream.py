@@ -31,7 +31,7 @@ Content events, per state (`_TRANSITIONS` below is this table, and the code disp
     MESSAGE         open thinking      open text           open tool_use      drop
     THINKING        delta              close, open text    close, open tool   drop
     TEXT            close, open think  delta               close, open tool   drop
-    TOOL(j)         close, open think  close, open text (*) close, open tool  delta if i == j, else drop
+    TOOL(j)         close, open think  close, open text    close, open tool   delta if i == j, else drop
 
     open X  = content_block_start at the next index (0, 1, 2, ... in emission order, no gaps),
               then the first delta.
@@ -57,14 +57,9 @@ Choices (and why)
 * Empty deltas ("" text, reasoning or arguments) never open a block and emit nothing.
 * Reasoning after text or a tool opens a NEW thinking block; text after a tool a new text block;
   each ToolCallStart a new tool_use block (closing the previous one).
-* (*) Whitespace-only text right after a tool_use block is held (not emitted) while the tool block
-  stays open: vLLM can stream the `"\\n"` after `</tool_call>` as content and then send the call's
-  last argument bytes (its end-of-stream "unstreamed arguments" fix-up, vllm PR #45287). Closing
-  the tool block for that newline would make those bytes unplaceable. The held whitespace is
-  emitted in front of the next non-whitespace text (in a new text block); if a reasoning delta,
-  another tool call or the end comes first, it is dropped: a whitespace-only text block carries
-  nothing and the Anthropic API itself rejects blank text blocks in history. This is the only text
-  the encoder ever holds, and only whitespace.
+* Whitespace after a tool call that vLLM streams before the call's last argument bytes (vllm PR
+  #45287) is the chunk decoder's to hold (upstream/decode.py): here text after a tool_use block
+  closes it like any other.
 * Arguments for a tool call whose block is no longer open (true interleaving of two calls'
   arguments, which none of vLLM / Ollama / llama.cpp send: they stream calls one after another)
   cannot be expressed in the Anthropic grammar: they are dropped and counted in
@@ -108,6 +103,7 @@ Choices (and why)
 
 from __future__ import annotations
 
+import hmac
 from typing import Callable, Union
 
 import msgspec
@@ -267,7 +263,6 @@ DELTA = "delta"  # the open block takes this event
 SWITCH = "switch"  # close the open block, open one for this event
 DROP = "drop"  # not expressible: dropped (ToolArgsDelta only)
 ARGS = "args"  # ToolArgsDelta in a tool block: delta if it is the open call's, else drop
-TEXT_AFTER_TOOL = "text_after_tool"  # hold whitespace-only text, else switch
 
 _TRANSITIONS: dict[tuple[str, type], str] = {
     # state      event              action
@@ -284,13 +279,18 @@ _TRANSITIONS: dict[tuple[str, type], str] = {
     (TEXT, ToolCallStart): SWITCH,
     (TEXT, ToolArgsDelta): DROP,
     (TOOL, ReasoningDelta): SWITCH,
-    (TOOL, TextDelta): TEXT_AFTER_TOOL,
+    (TOOL, TextDelta): SWITCH,
     (TOOL, ToolCallStart): SWITCH,
     (TOOL, ToolArgsDelta): ARGS,
 }
 
 # The block each content event lives in
 _BLOCK_FOR = {ReasoningDelta: THINKING, TextDelta: TEXT, ToolCallStart: TOOL, ToolArgsDelta: TOOL}
+
+
+def _uncached(prompt: int, cached: int | None) -> int:
+    """Anthropic's input_tokens: the prompt tokens the cache did not serve."""
+    return prompt - cached if cached is not None and cached <= prompt else prompt
 
 
 class AnthropicStreamEncoder:
@@ -326,7 +326,6 @@ class AnthropicStreamEncoder:
         "_hidden",
         "_tool_index",
         "_tool_has_args",
-        "_held_ws",
         "_tool_ids",
         "_delta_head",
     )
@@ -354,12 +353,11 @@ class AnthropicStreamEncoder:
         self._estimated_input = input_tokens
         self._finish_seen = False
         self._index = -1  # index of the last block opened
-        self._mac = None  # the open thinking block's MAC
+        self._mac: hmac.HMAC | None = None  # the open thinking block's MAC
         self._hide = hide_reasoning
         self._hidden: list[str] = []  # the open thinking block's text, when it is not shown
         self._tool_index = -1  # canonical index of the open tool call
         self._tool_has_args = False
-        self._held_ws = ""  # whitespace-only text held after a tool block (see docstring)
         self._tool_ids: set[str] = set()  # ids used in this message (they must be unique)
         self._delta_head = b""  # the open block's delta frame up to its payload string
 
@@ -378,10 +376,7 @@ class AnthropicStreamEncoder:
     def input_tokens(self) -> int | None:
         """Anthropic's input_tokens: uncached prompt tokens; None if unknown."""
         p = self.prompt_tokens
-        if p is None:
-            return None
-        c = self.cached_input_tokens
-        return p - c if c is not None and c <= p else p
+        return None if p is None else _uncached(p, self.cached_input_tokens)
 
     # the upstream's counts so far (canonical.Usage.over folds each report in)
     @property
@@ -404,36 +399,40 @@ class AnthropicStreamEncoder:
 
     def feed(self, event: Event) -> bytes:
         state = self.state
+        if type(event) is TextDelta and state is TEXT:  # the hot path: the open text block's delta
+            return self._delta(event.text) if event.text else b""
         if state is ENDED:
             return b""
         kind = type(event)
-        if kind is Usage:
+        if type(event) is Usage:
             self.usage = event.over(self.usage)
             return self._message_start() if state is IDLE else b""
-        if kind is UpstreamError:
+        if type(event) is UpstreamError:
             return self.fail(event.kind, event.message)
         head = b""
         if state is IDLE:
             head = self._message_start()
             state = MESSAGE
-        if kind is Finish:
+        if type(event) is Finish:
             if not self._finish_seen:
                 self._finish_seen = True
                 self.stop_reason = STOP_REASONS.get(event.reason, "end_turn")
                 self.stop_sequence = event.stop_sequence if event.reason == "stop_sequence" else None
             return head
         # a content event
-        if kind is ToolCallStart:
-            payload = None
+        call = None
+        if type(event) is ToolCallStart:
+            call = event
+            payload = ""
         else:
-            payload = event.text if kind is not ToolArgsDelta else event.fragment
+            payload = event.fragment if type(event) is ToolArgsDelta else event.text
             if not payload:
                 return head
         action = _TRANSITIONS[(state, kind)]
         if action is DELTA:
             return head + self._delta(payload)
         if action is ARGS:
-            if event.index == self._tool_index:
+            if type(event) is ToolArgsDelta and event.index == self._tool_index:
                 self._tool_has_args = True
                 return head + self._delta(payload)
             self.dropped_tool_args += 1
@@ -441,15 +440,9 @@ class AnthropicStreamEncoder:
         if action is DROP:
             self.dropped_tool_args += 1
             return head
-        if action is TEXT_AFTER_TOOL:
-            if payload.isspace():
-                self._held_ws += payload
-                return head
-            payload = self._held_ws + payload
-            self._held_ws = ""
         # OPEN or SWITCH
         out = head + self._close() if action is not OPEN else head
-        return out + self._open(_BLOCK_FOR[kind], event, payload)
+        return out + self._open(_BLOCK_FOR[kind], call, payload)
 
     def finish(self) -> bytes:
         """The upstream ended normally: close the open block, message_delta, message_stop."""
@@ -495,7 +488,7 @@ class AnthropicStreamEncoder:
                 est = est()
             input_tokens = est if est is not None else 0
         else:
-            input_tokens = self.input_tokens
+            input_tokens = _uncached(prompt, cached)
         usage = _StartUsage(input_tokens, self.output_tokens or 0, cached)
         message = _Message(id=self.message_id, model=self.model, usage=usage)
         return _MESSAGE_START + _encode(_MessageStart(message)) + _END
@@ -508,26 +501,29 @@ class AnthropicStreamEncoder:
             if self._hide:
                 self._hidden.append(payload)
                 return b""
+            assert self._mac is not None  # opened with the block (_open), unless hidden
             self._mac.update(payload.encode())
         return self._delta_head + _encode(payload) + _DELTA_TAIL
 
-    def _open(self, block: str, event: Event, payload: str | None) -> bytes:
+    def _open(self, block: str, call: ToolCallStart | None, payload: str) -> bytes:
+        """Open a block of kind `block` (a TOOL block for `call`), with `payload` ("" for a
+        tool call: its arguments follow as deltas) as its first delta."""
         self._index += 1
         self.state = block
         self._delta_head = b"%s%d%s" % (_DELTA_HEAD, self._index, _DELTA_KIND[block])
-        if block is TEXT:
+        cb: _TextBlock | _ThinkingBlock | _ToolUseBlock
+        if call is not None:
+            tool_id = tool_use_id(call.id, self._tool_ids, self._new_tool_id)
+            cb = _ToolUseBlock(tool_id, call.name)
+            self._tool_index = call.index
+            self._tool_has_args = False
+        elif block is TEXT:
             cb = _TEXT_BLOCK
-        elif block is THINKING:
+        else:
             cb = _THINKING_BLOCK
             self._mac = self._signer.begin()
-        else:
-            tool_id = tool_use_id(event.id, self._tool_ids, self._new_tool_id)
-            cb = _ToolUseBlock(tool_id, event.name)
-            self._tool_index = event.index
-            self._tool_has_args = False
-            self._held_ws = ""
         out = _BLOCK_START + _encode(_BlockStart(self._index, cb)) + _END
-        if payload is not None:
+        if call is None:
             out += self._delta(payload)
         return out
 
@@ -541,11 +537,11 @@ class AnthropicStreamEncoder:
                 sig = _SignatureDelta(self._signer.seal("".join(self._hidden)))
                 self._hidden = []
             else:
+                assert self._mac is not None  # opened with the block (_open)
                 sig = _SignatureDelta(self._signer.finish(self._mac))
             self._mac = None
             out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, sig)) + _END
         elif state is TOOL:
-            self._held_ws = ""
             self._tool_index = -1
             if not self._tool_has_args:
                 out = _BLOCK_DELTA + _encode(_BlockDelta(self._index, _InputJsonDelta(""))) + _END

@@ -104,10 +104,9 @@ class TextStream(_Counts):
     def feed(self, ev: c.Event) -> bytes:
         if self.ended:
             return b""
-        kind = type(ev)
-        if kind is c.TextDelta:
+        if type(ev) is c.TextDelta:
             return self._chunk(ev.text, None)
-        if kind is c.UpstreamError:
+        if type(ev) is c.UpstreamError:
             self.ended = True
             return _sse(_error(f"the backend failed mid-stream: {ev.message}"))
         self.note(ev)
@@ -172,15 +171,14 @@ class InfillStream(_Counts):
     def feed(self, ev: c.Event) -> bytes:
         if self.ended:
             return b""
-        kind = type(ev)
-        if kind is c.TextDelta:
+        if type(ev) is c.TextDelta:
             self.pieces += 1
             predicted = self.usage.output_tokens if self.usage.output_tokens is not None else self.pieces
             doc = {"index": 0, "content": ev.text, "stop": False, "tokens_predicted": predicted}
             if self.usage.input_tokens is not None:
                 doc["tokens_evaluated"] = self.usage.input_tokens
             return _sse(doc)
-        if kind is c.UpstreamError:
+        if type(ev) is c.UpstreamError:
             self.ended = True
             return _sse(infill_error(500, f"the backend failed mid-stream: {ev.message}"))
         self.note(ev)

@@ -42,6 +42,7 @@ from ...request.tracker import Tracked
 from ...upstream.client import UpstreamFailure
 from ...upstream.text_decode import InfillDecoder, TextChunkDecoder
 from ..context import Gateway
+from ..fields import invalid as _bad
 from ..skeleton import Inbound, Turn, answer, exchange, inbound
 from .encode import InfillStream, TextStream, infill_error, infill_whole, text_whole
 from .fim import extra_text, render
@@ -49,10 +50,6 @@ from .native import NativeDecoder, NativeStream, native_whole
 from .request import TextCall, parse_completions, parse_infill, parse_native_completion
 
 _encode = msgspec.json.encode
-
-
-def _bad(field: str, detail: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{field}: {detail}", param=field)
 
 
 class TextTurn(Turn):

@@ -31,8 +31,8 @@ from typing import Any, Literal
 import msgspec
 
 from ... import canonical as c
-from ...errors import GatewayError
 from ..body import decode_object
+from ..fields import invalid as _bad
 
 Endpoint = Literal["completions", "infill", "completion", "generate"]
 
@@ -57,10 +57,6 @@ class TextCall(msgspec.Struct):
         completion surfaces send stop strings upstream themselves)."""
         return c.Request(model=self.model, messages=[], stream=self.stream,
                          max_tokens=self.params.get("max_tokens"))
-
-
-def _bad(path: str, detail: str) -> GatewayError:
-    return GatewayError("invalid_request", f"{path}: {detail}", param=path)
 
 
 def _is_int(v: Any) -> bool:

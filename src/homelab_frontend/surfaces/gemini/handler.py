@@ -156,7 +156,7 @@ def _parse_embed(body: bytes, model: str, batch: bool) -> _EmbedParsed:
     texts = embed_inputs(raw, batch)
     dims = raw.get("outputDimensionality", raw.get("output_dimensionality"))
     if batch and dims is None:
-        first = raw.get("requests")[0]
+        first = raw["requests"][0]  # embed_inputs saw a non-empty list there
         dims = first.get("outputDimensionality", first.get("output_dimensionality")) if isinstance(first, dict) else None
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise invalid("outputDimensionality", f"must be an integer >= 1, got {dims!r}")

@@ -40,7 +40,7 @@ def model_entry(name: str, model: str, context_length: int | None,
     caps = capabilities
     embeds_only = caps is not None and "embedding" in caps and "completion" not in caps
     media_only = caps is not None and "completion" not in caps and any(c in MEDIA for c in caps)
-    if media_only:
+    if media_only and caps is not None:  # media_only implies caps; said again for the checker
         entry["supportedGenerationMethods"] = EMBEDDING_METHODS if "embedding" in caps else []
     else:
         entry["supportedGenerationMethods"] = (EMBEDDING_METHODS if embeds_only

@@ -17,12 +17,10 @@ Rules
   which is all a Gemini client sends back (Gemini CLI drops thought parts, keeps signatures).
   Reasoning with nothing after it is sealed onto an empty text part at the end.
 * A function call's arguments arrive in fragments, but a Gemini part holds a whole call: the
-  call is held until it is complete, which is when the next call starts, when text that is not
-  only whitespace follows it, or at the end; then it goes out as one part.
-* Whitespace-only text after a call is held, not sent: vLLM streams the "\\n" after
-  `</tool_call>` as content and only then the call's last argument bytes (its end-of-stream
-  fix-up), and a blank text part next to a call carries nothing. The held text goes out in
-  front of the next non-whitespace text; at the end, or before another call, it is dropped.
+  call is held until it is complete, which is when the next call starts, when text follows it,
+  or at the end; then it goes out as one part. (Whitespace that vLLM streams after a call before
+  the call's last argument bytes, vllm PR #45287, never reaches here: the chunk decoder holds
+  it, upstream/decode.py.)
 * Argument fragments for a call already sent, or for an index never started, cannot be placed:
   they are dropped and counted in `dropped_tool_args`.
 * Empty deltas produce nothing.
@@ -59,10 +57,10 @@ Part = tuple  # (kind, payload, signature | None)
 
 
 class PartMachine:
-    # Readable: `reasoning`, `held_ws`, `calls` (what is held; while all three are empty a text
+    # Readable: `reasoning`, `calls` (what is held; while both are empty a text
     # delta is just a text part, which is the encoder's hot path), `usage`, `finish`, `error`.
     __slots__ = ("usage", "finish", "error", "dropped_tool_args", "_signer", "_show", "reasoning",
-                 "held_ws", "calls", "_ids", "_new_id")
+                 "calls", "_ids", "_new_id")
 
     def __init__(self, *, signer: ThinkingSigner, include_thoughts: bool,
                  new_call_id: Callable[[], str] = new_call_id) -> None:
@@ -73,39 +71,30 @@ class PartMachine:
         self._signer = signer
         self._show = include_thoughts
         self.reasoning: list[str] = []  # reasoning not yet sealed onto a part
-        self.held_ws = ""
         self.calls: list[_Call] = []  # started, not yet sent
         self._ids: set[str] = set()
         self._new_id = new_call_id
 
     def feed(self, ev: c.Event) -> list[Part]:
-        kind = type(ev)
-        if kind is c.TextDelta:
+        if type(ev) is c.TextDelta:
             text = ev.text
             if not text:
                 return []
             if self.calls:
-                if text.isspace():
-                    self.held_ws += text
-                    return []
                 out = self._flush_calls()
-                text, self.held_ws = self.held_ws + text, ""
                 out.append((TEXT, text, self._seal()))
                 return out
-            if self.held_ws:
-                text, self.held_ws = self.held_ws + text, ""
             return [(TEXT, text, self._seal())]
-        if kind is c.ReasoningDelta:
+        if type(ev) is c.ReasoningDelta:
             if not ev.text:
                 return []
             self.reasoning.append(ev.text)
             return [(THOUGHT, ev.text, None)] if self._show else []
-        if kind is c.ToolCallStart:
+        if type(ev) is c.ToolCallStart:
             out = self._flush_calls()
-            self.held_ws = ""
             self.calls.append(_Call(ev.index, call_id(ev.id, self._ids, self._new_id), ev.name))
             return out
-        if kind is c.ToolArgsDelta:
+        if type(ev) is c.ToolArgsDelta:
             if ev.fragment:
                 for call in self.calls:
                     if call.index == ev.index:
@@ -113,19 +102,18 @@ class PartMachine:
                         return []
                 self.dropped_tool_args += 1
             return []
-        if kind is c.Usage:
+        if type(ev) is c.Usage:
             self.usage = ev.over(self.usage)
-        elif kind is c.Finish:
+        elif type(ev) is c.Finish:
             if self.finish is None:
                 self.finish = ev
-        elif kind is c.UpstreamError:
+        elif type(ev) is c.UpstreamError:
             if self.error is None:
                 self.error = ev
         return []
 
     def end(self) -> list[Part]:
         """The parts still held, at the end of the answer."""
-        self.held_ws = ""
         out = self._flush_calls()
         if self.reasoning:
             out.append((TEXT, "", self._seal()))

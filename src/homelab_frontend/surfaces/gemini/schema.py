@@ -58,8 +58,9 @@ def to_json_schema(schema: Any) -> Any:
         return schema  # `true` / `false` schemas, or something the upstream will judge
     out: dict[str, Any] = {}
     nullable = False
-    for key, value in schema.items():
-        key = _KEYWORDS.get(key, key)
+    name: str  # a JSON object's keys are strings
+    for name, value in schema.items():
+        key = _KEYWORDS.get(name, name)
         if key == "nullable":
             nullable = value is True
             continue

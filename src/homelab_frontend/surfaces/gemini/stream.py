@@ -128,16 +128,15 @@ class GeminiStreamEncoder:
     def feed(self, event: c.Event) -> bytes:
         if self.state is ENDED:
             return b""
-        kind = type(event)
         pm = self._parts
         # the hot path, one call per streamed token: a text delta with nothing held before it,
         # and the usage report that rides on most of vLLM's chunks
-        if kind is _TextDelta and not (pm.calls or pm.held_ws or pm.reasoning):
+        if type(event) is _TextDelta and not (pm.calls or pm.reasoning):
             return self._text(event.text, self._text_tail) if event.text else b""
-        if kind is _Usage:
+        if type(event) is _Usage:
             pm.usage = event.over(pm.usage)
             return b""
-        if kind is c.UpstreamError:
+        if type(event) is c.UpstreamError:
             return self.fail(midstream_status(event.kind), event.message)
         parts = pm.feed(event)
         if not parts:

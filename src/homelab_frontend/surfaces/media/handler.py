@@ -27,6 +27,7 @@ from aiohttp import web
 
 from ...config import Backend
 from ...errors import GatewayError
+from ...policy.routing import BackendState
 from ...request.outcome import DONE
 from ...request.tracker import Tracked
 from ...upstream import backend_kind
@@ -201,7 +202,7 @@ async def audio_voices(request: web.Request, gw: Gateway, t: Tracked) -> web.Res
             raise GatewayError("permission", f"this key may not use model {model!r}", param="model")
         backends = list(route.backends)
     else:
-        seen: dict[str, object] = {}
+        seen: dict[str, BackendState] = {}
         for name in _speech_models(request, gw):
             for b in gw.router.resolve(name).backends:
                 seen.setdefault(b.name, b)

@@ -49,7 +49,7 @@ import asyncio
 import logging
 import tempfile
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable
+from typing import IO, AsyncIterator, Callable
 
 import aiohttp
 import msgspec
@@ -59,7 +59,7 @@ from ...errors import GatewayError, clean_message
 from ...policy.auth import Principal
 from ...policy.routing import Route
 from ...request.exchange import Exchange
-from ...request.tracker import GENERATING, Tracked
+from ...request.tracker import Tracked
 from ...upstream import backend_kind
 from ...config import Backend
 from ..body import decode_object
@@ -108,7 +108,7 @@ class Spill:
     PIECE = 256 * 1024
 
     def __init__(self) -> None:
-        self._file = None
+        self._file: IO[bytes] | None = None
 
     def write(self, data: bytes) -> None:
         if self._file is None:
@@ -255,7 +255,7 @@ def route_form(request: web.Request, gw: Gateway, t: Tracked, form: FormHead,
                            f"{file_fields[0]!r}", param=file_fields[0])
     route, principal = _route(request, gw, t, _model_of(form.model))
     field = form.fields.get("stream")
-    t.stream = bool(field) and field[0].strip().lower() == "true"
+    t.stream = bool(field and field[0].strip().lower() == "true")
     return route, principal
 
 
@@ -313,7 +313,7 @@ async def relay(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, end
         raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r} answered {ctype.split(';')[0]!r}, "
                            f"not the JSON of a {endpoint.replace('_', ' ')} answer")
     if _is_json(ctype):
-        ex.t.phase = GENERATING
+        ex.t.generating()
         raw = await ex.client.read_all(resp)
         ex.complete = True
         doc = _checked(raw, ex.backend.name, need)
@@ -394,10 +394,10 @@ async def _stream(request: web.Request, gw: Gateway, t: Tracked, ex: Exchange, r
         t.status = out.status
         raise asyncio.CancelledError() from None
     except asyncio.CancelledError:
-        err = ex.own_cancel()
-        if err is None:
+        own = ex.own_cancel()
+        if own is None:
             raise
-        raise err from None
+        raise own from None
     ex.complete = True
     t.answered = True
     await out.write_eof()

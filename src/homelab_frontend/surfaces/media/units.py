@@ -33,7 +33,8 @@ def _int(x: object) -> int | None:
 def answer_units(endpoint: str, doc: dict) -> tuple[dict[str, float], int | None, int | None]:
     """(units, tokens in, tokens out) a whole JSON answer reports."""
     units: dict[str, float] = {}
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+    reported = doc.get("usage")
+    usage = reported if isinstance(reported, dict) else {}
     tin = _int(usage.get("prompt_tokens")) if usage.get("prompt_tokens") is not None else _int(usage.get("input_tokens"))
     if tin is None and endpoint in ("rerank", "rerank_v2", "score"):
         tin = _int(usage.get("total_tokens"))

@@ -147,7 +147,7 @@ class OllamaTurn(Turn):
     def __init__(self, call: Call, t: Tracked) -> None:
         assert call.request is not None
         self.req = call.request
-        self.call = call
+        self.model, self.endpoint = call.model, call.endpoint
         self.t = t
         self.id_prefix = f"call_{secrets.token_hex(4)}_"  # for the calls an upstream gives no id
 
@@ -161,25 +161,26 @@ class OllamaTurn(Turn):
         return self.req.reasoning_enabled is False
 
     def encoder(self) -> NdjsonEncoder:
-        return NdjsonEncoder(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix,
+        return NdjsonEncoder(model=self.model, endpoint=self.endpoint, id_prefix=self.id_prefix,
                              hide_reasoning=self.hide_reasoning)
 
     def whole(self, events: list[c.Event], ex: Exchange) -> dict:
-        asm = WholeAssembler(model=self.call.model, endpoint=self.call.endpoint, id_prefix=self.id_prefix,
+        asm = WholeAssembler(model=self.model, endpoint=self.endpoint, id_prefix=self.id_prefix,
                              hide_reasoning=self.hide_reasoning)
         try:
             for ev in events:
                 asm.feed(ev)
             return asm.result(self._durations())
         except AnswerFailed as err:
+            assert ex.backend is not None  # it answered
             raise GatewayError("upstream_error", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
 
     def loading_frame(self, model: str, waited_s: float, first: bool, note: bool) -> bytes:
         """Ollama's stream has no comment: an object with nothing in it, as its own chunks are
         made (surfaces/loading.py); with the note, the first says so as `thinking`."""
-        name = self.call.model  # the name the client sent (a TextCall's too, for raw and suffix)
+        name = self.model  # the name the client sent
         text = f"loading model {name}...\n" if note and first else ""
-        if self.call.endpoint == "chat":
+        if self.endpoint == "chat":
             body: dict = {"message": {"role": "assistant", "content": "", **({"thinking": text} if text else {})}}
         else:
             body = {"response": "", **({"thinking": text} if text else {})}
@@ -195,10 +196,13 @@ class OllamaTurn(Turn):
 class OllamaTextTurn(TextTurn, OllamaTurn):
     """`/api/generate` with `raw: true` or a `suffix`: the upstream call of a completion
     (TextTurn: the prompt verbatim, or rendered through the model's FIM template, to the backend's
-    /v1/completions), the answer in Ollama's NDJSON (OllamaTurn)."""
+    /v1/completions), the answer in Ollama's NDJSON (OllamaTurn, answering as the Ollama call's
+    model and endpoint, which the TextCall copies)."""
 
     def __init__(self, call: Call, front: Inbound, t: Tracked) -> None:
+        assert call.text is not None  # _generation sends only a raw or suffix generate here
         TextTurn.__init__(self, call.text, front)
+        self.model, self.endpoint = call.model, call.endpoint
         self.t = t
         self.id_prefix = f"call_{secrets.token_hex(4)}_"
 

@@ -257,9 +257,10 @@ def _options(v: Any, req: c.Request) -> None:
     if not isinstance(v, dict):
         raise _bad("options", f"expected an object, got {_kind(v)}")
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "min_p"):
-        if v.get(key) is None:
+        sent = number(v.get(key), f"options.{key}")
+        if sent is None:
             continue
-        value = float(number(v[key], f"options.{key}"))  # not None: checked above
+        value = float(sent)
         if key == "temperature":
             if value < 0:
                 raise _bad("options.temperature", f"must be at least 0, got {v[key]}")
@@ -270,15 +271,15 @@ def _options(v: Any, req: c.Request) -> None:
             req.top_p = value
         else:
             req.extra[key] = v[key]
-    if v.get("top_k") is not None:
-        top_k = integer(v["top_k"], "options.top_k")
+    top_k = integer(v.get("top_k"), "options.top_k")
+    if top_k is not None:
         if top_k < 0:
             raise _bad("options.top_k", f"must be at least 0, got {top_k}")
         req.top_k = top_k
     if v.get("seed") is not None:
         req.extra["seed"] = integer(v["seed"], "options.seed")
-    if v.get("num_predict") is not None:
-        n = integer(v["num_predict"], "options.num_predict")
+    n = integer(v.get("num_predict"), "options.num_predict")
+    if n is not None:
         if n in (-1, -2):
             req.max_tokens = None
         elif n < 1:
@@ -371,7 +372,8 @@ def parse_generate(body: bytes) -> Call:
     if system:
         messages.append(c.Message("system", [c.TextPart(system)]))
     if prompt or images:
-        messages.append(c.Message("user", ([c.TextPart(prompt)] if prompt else []) + images))
+        parts: list[c.Part] = [c.TextPart(prompt)] if prompt else []
+        messages.append(c.Message("user", parts + images))
     call = _common(raw, "generate", messages)
     if not (prompt or images):
         call.request = None  # Ollama: no prompt loads the model (keep_alive 0: unloads it)

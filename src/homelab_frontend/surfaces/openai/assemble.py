@@ -18,6 +18,8 @@ string the upstream named is `stop`).
 
 from __future__ import annotations
 
+from typing import Any, Literal, NotRequired, TypedDict
+
 import msgspec
 
 from ... import canonical as c
@@ -27,16 +29,60 @@ _HEAD = ("id", "created", "model", "system_fingerprint")
 _FINISH = {"stop_sequence": "stop"}  # canonical reasons that are not OpenAI's
 
 
+# The chat.completion the assembler builds (the fields OpenAI's ChatCompletion has that a stream
+# can tell; NotRequired: left out when no chunk carried it)
+class Function(TypedDict):
+    name: str
+    arguments: str  # JSON text, as the model produced it
+
+
+class ToolCall(TypedDict):
+    id: str | None
+    type: Literal["function"]
+    function: Function
+
+
+class Message(TypedDict):
+    role: Literal["assistant"]
+    content: str | None
+    reasoning_content: NotRequired[str]
+    tool_calls: NotRequired[list[ToolCall]]
+
+
+class Choice(TypedDict):
+    index: int
+    message: Message
+    finish_reason: str | None
+
+
+class ChatCompletion(TypedDict):
+    id: str | None
+    object: Literal["chat.completion"]
+    created: int | None
+    model: str | None
+    choices: list[Choice]
+    system_fingerprint: NotRequired[str]
+    usage: NotRequired[dict[str, Any]]  # as the upstream sent it, every field
+
+
+class _Call(TypedDict):
+    id: str | None
+    name: str
+    arguments: str
+
+
 class CompletionAssembler:
-    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "error", "pieces", "_decoder")
+    __slots__ = ("head", "content", "reasoning", "tools", "finish", "usage", "counts", "error", "pieces",
+                 "_decoder")
 
     def __init__(self) -> None:
-        self.head: dict = {}
+        self.head: dict[str, Any] = {}  # the _HEAD fields some chunk carried
         self.content: list[str] = []
         self.reasoning: list[str] = []
-        self.tools: dict[int, dict] = {}  # canonical index -> the call
+        self.tools: dict[int, _Call] = {}  # canonical index -> the call
         self.finish: str | None = None
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None  # the last usage as the upstream sent it
+        self.counts = c.NO_USAGE  # its counts, each the latest reported (canonical.Usage.over)
         self.error: str | None = None  # the message of an in-band error chunk
         self.pieces = 0  # chunks that carried generated text or tool arguments
         self._decoder = ChunkDecoder()
@@ -56,25 +102,26 @@ class CompletionAssembler:
             if head.usage is not None:
                 self.usage = head.usage
         for ev in self._decoder.feed_chunk(chunk):
-            kind = type(ev)
-            if kind is c.TextDelta:
+            if type(ev) is c.TextDelta:
                 self.content.append(ev.text)
                 self.pieces += 1
-            elif kind is c.ReasoningDelta:
+            elif type(ev) is c.ReasoningDelta:
                 self.reasoning.append(ev.text)
                 self.pieces += 1
-            elif kind is c.ToolCallStart:
+            elif type(ev) is c.ToolCallStart:
                 self.tools[ev.index] = {"id": ev.id or None, "name": ev.name, "arguments": ""}
-            elif kind is c.ToolArgsDelta:
+            elif type(ev) is c.ToolArgsDelta:
                 self.tools[ev.index]["arguments"] += ev.fragment
                 self.pieces += 1
-            elif kind is c.Finish:
+            elif type(ev) is c.Finish:
                 self.finish = _FINISH.get(ev.reason, ev.reason)
-            elif kind is c.UpstreamError:
+            elif type(ev) is c.Usage:
+                self.counts = ev.over(self.counts)
+            elif type(ev) is c.UpstreamError:
                 self.error = ev.message
 
-    def result(self) -> dict:
-        message: dict = {"role": "assistant", "content": "".join(self.content) if self.content else None}
+    def result(self) -> ChatCompletion:
+        message: Message = {"role": "assistant", "content": "".join(self.content) if self.content else None}
         if self.reasoning:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.tools:
@@ -82,7 +129,7 @@ class CompletionAssembler:
                 {"id": t["id"], "type": "function", "function": {"name": t["name"], "arguments": t["arguments"]}}
                 for _, t in sorted(self.tools.items())
             ]
-        out = {
+        out: ChatCompletion = {
             "id": self.head.get("id"),
             "object": "chat.completion",
             "created": self.head.get("created"),

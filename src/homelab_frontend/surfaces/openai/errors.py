@@ -62,6 +62,7 @@ def _classify(err: GatewayError) -> tuple[int, str, str]:
     if err.kind not in UPSTREAM_KINDS:
         return _BY_KIND.get(err.kind, (500, "api_error", "internal_error"))
     status = upstream_client_status(err)
+    code: str
     if status == 502:
         code = err.kind if err.kind in _OWN_CODE else "upstream_error"
         return 502, "upstream_error", code

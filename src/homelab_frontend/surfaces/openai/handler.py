@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import NamedTuple
 
 import aiohttp
 import msgspec
@@ -25,7 +24,7 @@ from ...request.context_clamp import open_chat
 from ...errors import GatewayError, clean_message
 from ...request.exchange import Exchange, client_gone
 from ...request.outcome import DONE
-from ...request.tracker import GENERATING, Tracked
+from ...request.tracker import Tracked
 from ...upstream.decode import (
     THINK_TAG,
     ChunkMalformed,
@@ -36,7 +35,8 @@ from ...upstream.decode import (
     strip_think,
     validate_completion,
 )
-from ...upstream.client import UpstreamFailure
+from ...policy.routing import BackendState
+from ...upstream.client import UpstreamClient, UpstreamFailure
 from ...upstream.read import UpstreamTooLarge
 from ..body import decode_object
 from .. import model_card
@@ -58,33 +58,38 @@ def error_chunk(message: str, kind: str = "api_error") -> bytes:
     return b"data: " + _encode({"error": {"message": message, "type": kind, "param": None, "code": None}}) + b"\n\n"
 
 
-def _checked_completion(raw: bytes, ex: Exchange, t: Tracked):
+def _backend(ex: Exchange) -> BackendState:
+    """The backend an exchange was let in on (the skeleton's `exchange` yields it placed)."""
+    assert ex.backend is not None
+    return ex.backend
+
+
+def _client(ex: Exchange) -> UpstreamClient:
+    """The client of an exchange whose upstream call is open (after `open_chat`)."""
+    assert ex.client is not None
+    return ex.client
+
+
+def _checked_completion(raw: bytes, ex: Exchange, t: Tracked) -> None:
     """The decoded completion, or the backend's failure as a GatewayError in its own kind."""
     try:
         doc = validate_completion(raw)
     except Malformed as err:
-        raise GatewayError("upstream_malformed", f"backend {ex.backend.name!r}: {clean_message(str(err))}") from None
+        raise GatewayError("upstream_malformed", f"backend {_backend(ex).name!r}: {clean_message(str(err))}") from None
     except ErrorBody as err:  # an error in a 200 body: not relayed as it is
-        raise GatewayError("upstream_error", f"backend {ex.backend.name!r} failed: {clean_message(str(err))}") from None
+        raise GatewayError("upstream_error", f"backend {_backend(ex).name!r} failed: {clean_message(str(err))}") from None
     if doc.usage is not None:
-        t.tokens_in, t.tokens_out = doc.usage.prompt_tokens, doc.usage.completion_tokens or 0
-        t.tokens_cached = doc.usage.cached
-    return doc
+        UsageFold(t, ex, first=False).add(doc.usage.prompt_tokens, doc.usage.completion_tokens, doc.usage.cached, 0)
 
 
-class _Chat(NamedTuple):
+class _Chat:
     """The parsed request as the skeleton's step 1 takes it (`model`, `stream`)."""
 
-    req: c.Request
-    usage: StreamOptions
+    __slots__ = ("req", "usage", "model", "stream")
 
-    @property
-    def model(self) -> str:
-        return self.req.model
-
-    @property
-    def stream(self) -> bool:
-        return self.req.stream
+    def __init__(self, req: c.Request, usage: StreamOptions) -> None:
+        self.req, self.usage = req, usage
+        self.model, self.stream = req.model, req.stream
 
 
 class _Loading:
@@ -116,11 +121,11 @@ def _parse(body: bytes) -> _Chat:
 
 async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web.StreamResponse:
     front = await inbound(request, gw, t, "openai", _parse)
-    req, usage_opts = front.parsed
+    req, usage_opts = front.parsed.req, front.parsed.usage
     route = front.route
     async with exchange(request, gw, t, front, req, _Loading(route.client_model)) as ex:
         # a plain answer is streamed from backends that cannot stop a plain generation (llama.cpp)
-        streamed = req.stream or ex.backend.cfg.streams_upstream
+        streamed = req.stream or _backend(ex).cfg.streams_upstream
         # vLLM's usage on every chunk, when the client asks for it (only vLLM backends get it)
         continuous = usage_opts.continuous_usage_stats
         rewrite = ModelRewriter(route.upstream_model, route.client_model)
@@ -129,7 +134,7 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
                 raw = await ex.whole(lambda: _whole_from_stream(ex, req, t, continuous))
             else:
                 upstream = await open_chat(ex, req, stream=False, continuous_usage=continuous)
-                raw = await ex.client.read_all(upstream)
+                raw = await _client(ex).read_all(upstream)
                 ex.complete = True
             _checked_completion(raw, ex, t)
             out = web.Response(body=rewrite(raw), content_type="application/json", headers=gw.headers(t))
@@ -137,24 +142,24 @@ async def chat_completions(request: web.Request, gw: Gateway, t: Tracked) -> web
             await out.write_eof()
             return out
         upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
-        out = started_stream(request, SSE_HEADERS, gw, t)
-        if not out.prepared:
-            await out.prepare(request)
-        await _relay(request, upstream, out, ex, t, rewrite, usage_opts.include_usage)
-        return out
+        sse = started_stream(request, SSE_HEADERS, gw, t)
+        if not sse.prepared:
+            await sse.prepare(request)
+        await _relay(request, upstream, sse, ex, t, rewrite, usage_opts.include_usage)
+        return sse
 
 
-async def _whole_from_stream(ex: Exchange, req, t: Tracked, continuous: bool) -> bytes:
+async def _whole_from_stream(ex: Exchange, req: c.Request, t: Tracked, continuous: bool) -> bytes:
     """A plain answer, read from an upstream stream (the gateway folds the chunks into the
     chat.completion the upstream would have sent). A client that leaves meanwhile closes the
     stream, which llama.cpp notices at its next token. A stream that breaks off is
     UpstreamFailure(cause="broke"): Exchange.whole tries another backend."""
     upstream = await open_chat(ex, req, stream=True, continuous_usage=continuous)
-    t.phase = GENERATING  # no first token to report to a client that waits for the whole answer
+    t.generating()  # no first token to report to a client that waits for the whole answer
     asm = CompletionAssembler()
-    name = ex.backend.name
+    name = _backend(ex).name
     try:
-        async for batch in ex.client.sse(upstream):
+        async for batch in _client(ex).sse(upstream):
             ex.progress += 1
             for payload in batch:
                 if payload == b"[DONE]":
@@ -165,22 +170,20 @@ async def _whole_from_stream(ex: Exchange, req, t: Tracked, continuous: bool) ->
                 except ValueError as err:
                     raise GatewayError("upstream_malformed", f"backend {name!r}: {clean_message(str(err))}") from None
                 if asm.error is not None:
-                    err = asm.error
-                    text = err.get("message") if isinstance(err, dict) else err
-                    raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(str(text))}")
+                    raise GatewayError("upstream_error", f"backend {name!r} failed: {clean_message(asm.error)}")
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionResetError):
         raise UpstreamFailure("upstream_error", f"backend {name!r} closed the connection before its answer was complete",
                               cause="broke") from None
     if not ex.complete:
         raise UpstreamFailure("upstream_error", f"backend {name!r} ended the stream without finishing it", cause="broke")
-    usage = asm.usage or {}
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    t.tokens_in = prompt if isinstance(prompt, int) else None
-    t.tokens_out = completion if isinstance(completion, int) else asm.pieces
+    counts = asm.counts
+    UsageFold(t, ex, first=False).add(counts.input_tokens, counts.output_tokens, counts.cached_input_tokens,
+                                      asm.pieces)
     return _encode(asm.result())
 
 
-async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: ModelRewriter,
+async def _relay(request: web.Request, upstream: aiohttp.ClientResponse, out: web.StreamResponse, ex: Exchange,
+                 t: Tracked, rewrite: ModelRewriter,
                  client_wants_usage: bool) -> None:
     done = False
     thought = False  # reasoning seen: only the first may carry vLLM's stray <think> (strip_think)
@@ -191,7 +194,7 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
     # the rewrite's fast path inline (see model_rewrite): one replace per chunk, as it always was
     needle, repl = rewrite.needle, rewrite.repl
     try:
-        async for batch in ex.client.sse(upstream):
+        async for batch in _client(ex).sse(upstream):
             ex.progress += 1
             frames = []
             for payload in batch:
@@ -214,8 +217,10 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
                     renamed = rewrite.miss(payload)
                     needle = rewrite.needle
                 payload = renamed
-                if info.error is not None or info.object == "error":
-                    failure = f"the backend failed mid-stream: {chunk_error(info).message}"
+                if info.error is not None or info.object == "error":  # chunk_error's test, inline
+                    failed = chunk_error(info)
+                    assert failed is not None
+                    failure = f"the backend failed mid-stream: {failed.message}"
                     break
                 generated = 0
                 if info.choices:
@@ -232,14 +237,12 @@ async def _relay(request, upstream, out, ex: Exchange, t: Tracked, rewrite: Mode
                     if not info.choices and not client_wants_usage:
                         continue
                 elif generated:
-                    if fold.first:
-                        add(None, None, None, 1)
+                    if add(None, None, None, 1):
                         # the first token goes out at once, not after the rest of its batch
                         frames.append(b"data: " + payload + b"\n\n")
                         await ex.send(out, b"".join(frames))
                         frames = []
                         continue
-                    t.tokens_out += 1  # UsageFold.add's rule for a chunk with no usage, inline: the hot path
                 frames.append(b"data: " + payload + b"\n\n")
             if frames:
                 await ex.send(out, b"".join(frames))

@@ -7,7 +7,7 @@ Every validation error names the field (`messages[2].content: ...`).
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -110,10 +110,15 @@ def _parts(content: Any, where: str) -> list[c.Part]:
     return parts
 
 
+# the roles a message may have, as canonical roles ("developer" is OpenAI's newer "system")
+_ROLES: dict[str, Literal["system", "user", "assistant", "tool"]] = {
+    "developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
 def _message(i: int, m: WireMessage) -> c.Message:
     where = f"messages[{i}]"
-    role = "system" if m.role == "developer" else m.role
-    if role not in ("system", "user", "assistant", "tool"):
+    role = _ROLES.get(m.role)
+    if role is None:
         raise _bad(f"{where}.role", f"unknown role {m.role!r}")
     parts = _parts(m.content, f"{where}.content")
     if role == "tool":

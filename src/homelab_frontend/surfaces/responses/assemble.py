@@ -34,8 +34,27 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import TypedDict
 
 from .request import ParsedRequest
+
+
+class _InputDetails(TypedDict):
+    cached_tokens: int
+
+
+class _OutputDetails(TypedDict):
+    reasoning_tokens: int
+
+
+class ResponseUsage(TypedDict):
+    """openai-python's `ResponseUsage`: every field required."""
+
+    input_tokens: int
+    input_tokens_details: _InputDetails
+    output_tokens: int
+    output_tokens_details: _OutputDetails
+    total_tokens: int
 
 
 def new_id(prefix: str) -> str:
@@ -74,7 +93,7 @@ def base_response(resp_id: str, req: ParsedRequest, previous_response_id: str | 
 
 
 def usage_object(input_tokens: int | None, output_tokens: int | None, cached: int | None,
-                 reasoning: int = 0) -> dict | None:
+                 reasoning: int = 0) -> ResponseUsage | None:
     if input_tokens is None and output_tokens is None:
         return None
     i, o = input_tokens or 0, output_tokens or 0

@@ -68,7 +68,9 @@ def conversation(history: list[c.Message], parsed: ParsedRequest, output: list[d
     """What a continuation starts from: the earlier turns, this input, this answer as one
     assistant turn (upstream names and reasoning kept: the store is the gateway's own)."""
     flat = {v: k for k, v in parsed.names.items()}
-    reasoning, parts, calls = [], [], []
+    reasoning: list[str] = []
+    parts: list[c.Part] = []
+    calls: list[c.ToolCall] = []
     for item in output:
         kind = item["type"]
         if kind == "reasoning":

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import re
 import secrets
-from typing import Callable
+from typing import Awaitable, Callable
 
 from ...errors import GatewayError
+from .store import Record
 
 _ITEM = re.compile(r"(?:rs|msg|fc|fco)_([0-9a-f]{24})[0-9a-f]{4}")
 _RESPONSE = re.compile(r"resp_[0-9a-f]{24}")
@@ -52,7 +53,8 @@ def number_inputs(inputs: list[dict], resp_id: str) -> list[dict]:
     prefix = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_"}
     out = []
     for item in inputs:
-        fresh = make(prefix.get(item.get("type"), "msg_"))  # numbered by position either way
+        kind = item.get("type")
+        fresh = make(prefix.get(kind, "msg_") if isinstance(kind, str) else "msg_")  # numbered by position either way
         out.append(item if isinstance(item.get("id"), str) and item["id"] else {"id": fresh, **item})
     return out
 
@@ -76,11 +78,12 @@ def find_item(record_response: dict, input_items: list[dict], item_id: str) -> d
     return None
 
 
-async def resolve(refs: list[tuple[str, str]], load) -> dict[str, dict]:
+async def resolve(refs: list[tuple[str, str]],
+                  load: Callable[[str], Awaitable[Record | None]]) -> dict[str, dict]:
     """`item_reference` ids -> the stored items. `refs`: (path, id) in input order; `load(resp_id)`
     reads a record under the caller's key (None: not theirs, or not there)."""
     out: dict[str, dict] = {}
-    records: dict[str, object] = {}
+    records: dict[str, Record | None] = {}
     for path, ref in refs:
         if ref in out:
             continue

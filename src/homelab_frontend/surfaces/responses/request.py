@@ -53,7 +53,7 @@ sampling and limits
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -257,7 +257,7 @@ def _parts(content: Any, path: str) -> list[c.Part]:
     return parts
 
 
-_ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
+_ROLES: dict[str, Literal["system", "user", "assistant"]] = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}
 
 
 def _as_item(item: dict, kind: str) -> dict:
@@ -295,7 +295,8 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer, resolved: dict[str
                 refs.append((f"{path}.id", ref))
                 continue
             item, trusted = resolved[ref], True
-            kind = item.get("type") if isinstance(item.get("type"), str) else "message"
+            stored = item.get("type")
+            kind = stored if isinstance(stored, str) else "message"
         items.append(_as_item(item, kind))
         if kind == "message":
             role_raw = item.get("role")
@@ -334,9 +335,9 @@ def _messages(raw: Any, names: dict, sealer: ReasoningSealer, resolved: dict[str
             out.append(c.Message("tool", [c.TextPart(text)], tool_call_id=call_id))
             open_turn = False
         elif kind == "reasoning":
-            text = reasoning_text(item) if trusted else sealer.open(item.get("encrypted_content"))
-            if text:
-                reasoning.append(text)
+            opened = reasoning_text(item) if trusted else sealer.open(item.get("encrypted_content"))
+            if opened:
+                reasoning.append(opened)
         elif kind in _HOSTED_ITEMS:
             continue
         else:

@@ -46,7 +46,7 @@ code dispatches on:
     OPEN            open reasoning      open message          open call         drop
     REASONING       delta               close, open message   close, open call  drop
     MESSAGE         close, open reason  delta                 close, open call  drop
-    CALL(j)         close, open reason  close, open msg (*)   close, open call  delta if i == j, else drop
+    CALL(j)         close, open reason  close, open msg       close, open call  delta if i == j, else drop
 
     open X = output_item.added (+ content_part.added for reasoning and message), then the delta.
     close  = the item's .done events with its whole text / arguments, then output_item.done with
@@ -68,9 +68,8 @@ Choices (and why)
 -----------------
 * Empty deltas never open an item and emit nothing.
 * Reasoning after text or a call opens a NEW reasoning item, text after a call a new message.
-* (*) Whitespace-only text right after a function call is held while the call stays open, then
-  emitted before the next non-whitespace text or dropped: the same vLLM end-of-stream argument
-  fix-up as in the Anthropic encoder (vllm PR #45287), same rule.
+* Whitespace after a call that vLLM streams before the call's last argument bytes (vllm PR #45287)
+  is the chunk decoder's to hold (upstream/decode.py): here text after a call closes it.
 * Arguments for a call whose item is no longer open are dropped (counted in `dropped_tool_args`):
   no upstream interleaves calls, and an item that is done cannot grow.
 * Function names come back un-flattened: `names` maps the upstream name to (namespace, name).
@@ -129,7 +128,6 @@ DELTA = "delta"
 SWITCH = "switch"
 DROP = "drop"
 ARGS = "args"
-TEXT_AFTER_CALL = "text_after_call"
 
 _TRANSITIONS: dict[tuple[str, type], str] = {
     (OPEN, ReasoningDelta): NEW,
@@ -145,7 +143,7 @@ _TRANSITIONS: dict[tuple[str, type], str] = {
     (MESSAGE, ToolCallStart): SWITCH,
     (MESSAGE, ToolArgsDelta): DROP,
     (CALL, ReasoningDelta): SWITCH,
-    (CALL, TextDelta): TEXT_AFTER_CALL,
+    (CALL, TextDelta): SWITCH,
     (CALL, ToolCallStart): SWITCH,
     (CALL, ToolArgsDelta): ARGS,
 }
@@ -175,7 +173,7 @@ class ResponsesStreamEncoder:
 
     __slots__ = ("state", "seq", "base", "names", "sealer", "output", "finish_reason", "failed",
                  "usage", "dropped_tool_args", "summary", "reasoning_tokens", "counts_reasoning",
-                 "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index", "_held_ws",
+                 "_new_id", "_item_id", "_index", "_parts", "_call", "_call_index",
                  "_head", "_call_ids", "_error")
 
     def __init__(self, *, base: dict, names: dict[str, tuple[str | None, str]] | None = None,
@@ -201,7 +199,6 @@ class ResponsesStreamEncoder:
         self._parts: list[str] = []  # the open item's text or argument fragments
         self._call: tuple[str, str | None, str] | None = None  # (call_id, namespace, name)
         self._call_index = -1  # canonical index of the open call
-        self._held_ws = ""
         self._head = b""  # the open item's delta frame up to its sequence number
         self._call_ids: set[str] = set()
         self._error: dict | None = None
@@ -232,27 +229,31 @@ class ResponsesStreamEncoder:
 
     def feed(self, event: Event) -> bytes:
         state = self.state
+        if type(event) is TextDelta and state is MESSAGE:  # the hot path: the open message's delta
+            return self._delta(event.text) if event.text else b""
         if state is ENDED:
             return b""
         kind = type(event)
-        if kind is Usage:
+        if type(event) is Usage:
             self.usage = event.over(self.usage)
             return b""
-        if kind is UpstreamError:
+        if type(event) is UpstreamError:
             return self.fail("rate_limit_exceeded" if event.kind == "overloaded_error" else "server_error",
                              event.message)
         head = b""
         if state is IDLE:
             head = self._start()
             state = OPEN
-        if kind is Finish:
+        if type(event) is Finish:
             if self.finish_reason is None:
                 self.finish_reason = event.reason
             return head
-        if kind is ToolCallStart:
+        call = None
+        if type(event) is ToolCallStart:
+            call = event
             payload = ""
         else:
-            payload = event.fragment if kind is ToolArgsDelta else event.text
+            payload = event.fragment if type(event) is ToolArgsDelta else event.text
             if not payload:
                 return head
         if kind is ReasoningDelta:
@@ -261,20 +262,15 @@ class ResponsesStreamEncoder:
         if action is DELTA:
             return head + self._delta(payload)
         if action is ARGS:
-            if event.index == self._call_index:
+            if type(event) is ToolArgsDelta and event.index == self._call_index:
                 return head + self._delta(payload)
             self.dropped_tool_args += 1
             return head
         if action is DROP:
             self.dropped_tool_args += 1
             return head
-        if action is TEXT_AFTER_CALL:
-            if payload.isspace():
-                self._held_ws += payload
-                return head
-            payload, self._held_ws = self._held_ws + payload, ""
         out = head + self._close("completed") if action is not NEW else head
-        return out + self._open(_ITEM_FOR[kind], event, payload)
+        return out + self._open(_ITEM_FOR[kind], call, payload)
 
     def finish(self) -> bytes:
         if self.state is ENDED:
@@ -332,7 +328,9 @@ class ResponsesStreamEncoder:
         self.seq = seq + 1
         return b"%s%d,\"delta\":%s}\n\n" % (self._head, seq, _encode(payload))
 
-    def _open(self, item: str, event: Event, payload: str) -> bytes:
+    def _open(self, item: str, call: ToolCallStart | None, payload: str) -> bytes:
+        """Open an output item of kind `item` (a function call for `call`), `payload` its first
+        delta ("" for none)."""
         self._index += 1
         self.state = item
         self._parts = []
@@ -344,15 +342,15 @@ class ResponsesStreamEncoder:
             iid = self._item_id = self._new_id("msg_")
             added = {"id": iid, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
         else:
+            assert call is not None  # a CALL item opens for its ToolCallStart
             iid = self._item_id = self._new_id("fc_")
-            call_id = event.id
+            call_id = call.id
             if not (call_id and _VALID_CALL_ID(call_id)) or call_id in self._call_ids:
                 call_id = self._new_id("call_")
             self._call_ids.add(call_id)
-            ns, name = self.names.get(event.name, (None, event.name))
+            ns, name = self.names.get(call.name, (None, call.name))
             self._call = (call_id, ns, name)
-            self._call_index = event.index
-            self._held_ws = ""
+            self._call_index = call.index
             added = r.function_call_item(iid, call_id, name, ns, "", "in_progress")
         out = self._emit("response.output_item.added", {"output_index": idx, "item": added})
         if item is REASONING and self.summary:
@@ -399,12 +397,12 @@ class ResponsesStreamEncoder:
             out = (self._emit("response.output_text.done", {**ref, "content_index": 0, "text": text, "logprobs": []})
                    + self._emit("response.content_part.done", {**ref, "content_index": 0, "part": r.output_text_part(text)}))
         else:
+            assert self._call is not None  # set when the call's item opened (_open)
             call_id, ns, name = self._call
             text = text or "{}"  # a call that streamed no arguments takes none: still JSON
             item = r.function_call_item(iid, call_id, name, ns, text, status)
             self._call = None
             self._call_index = -1
-            self._held_ws = ""
             out = self._emit("response.function_call_arguments.done", {**ref, "name": name, "arguments": text})
         self.output.append(item)
         self.state = OPEN

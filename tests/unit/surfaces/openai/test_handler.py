@@ -43,6 +43,7 @@ class _Client:
 class _Exchange:
     def __init__(self, batches: list[list[bytes]]) -> None:
         self.t = Tracked("req_o", "openai", "m", None, True)
+        self.t.connecting()  # the slot held, as request.exchange has it before the upstream is asked
         self.client = _Client(batches)
         self.backend = SimpleNamespace(name="b")
         self.progress = 0
@@ -96,6 +97,23 @@ def test_a_whole_completions_counts_go_into_the_record():
     assert (t.tokens_in, t.tokens_out) == (9, 2)
 
 
+def test_a_whole_completion_leaves_a_count_it_does_not_report_as_it_was():
+    # the one usage rule (surfaces/usage.py UsageFold.add): a count left out keeps its value,
+    # where this path used to write None and 0 over it
+    body = json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant",
+                       "content": "hi"}, "finish_reason": "stop"}],
+                       "usage": {"completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}}}).encode()
+
+    def go():
+        ex = _Exchange([])
+        ex.t.tokens_in = 7  # known before the answer (a tokenizer's count)
+        handler._checked_completion(body, ex, ex.t)
+        return ex.t
+
+    t = _in_loop(go)
+    assert (t.tokens_in, t.tokens_out, t.tokens_cached) == (7, 2, 3)
+
+
 @pytest.mark.parametrize("body, kind", [(b"<html>", "upstream_malformed"),
                                         (b'{"error": {"message": "no such model"}}', "upstream_error")])
 def test_a_bad_whole_body_is_a_gateway_error_of_its_kind(body, kind):
@@ -129,6 +147,14 @@ def test_a_whole_answer_folded_from_a_stream_is_one_completion_with_the_upstream
                      monkeypatch)
     assert doc["choices"][0]["message"]["content"] == "Hello"
     assert (ex.t.tokens_in, ex.t.tokens_out) == (4, 2) and ex.complete
+
+
+def test_a_whole_answer_folded_from_a_stream_records_the_cached_count_as_a_stream_does(monkeypatch):
+    usage = {"prompt_tokens": 4, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}}
+    ex, doc = _whole([[_chunk("Hi"), _chunk(None, "stop")], [_chunk(choices=False, usage=usage), b"[DONE]"]],
+                     monkeypatch)
+    assert (ex.t.tokens_in, ex.t.tokens_out, ex.t.tokens_cached) == (4, 2, 3)
+    assert doc["usage"] == usage  # the client gets the usage as the upstream sent it
 
 
 def test_without_the_upstreams_counts_the_pieces_are_counted(monkeypatch):

@@ -204,9 +204,16 @@ def test_encrypted_reasoning_opens_only_here():
         assert SEALER.open(junk) is None
 
 
-def test_whitespace_after_a_call_is_held_so_late_arguments_land():
-    raw, _ = encode([ToolCallStart(0, "c1", "f"), ToolArgsDelta(0, '{"a"'), TextDelta("\n"),
-                     ToolArgsDelta(0, ":1}"), Finish("tool_calls")])
+def test_whitespace_vllm_streams_before_a_calls_last_arguments_does_not_lose_them():
+    # vllm PR #45287; the chunk decoder holds the "\n" (tests/unit/upstream/test_decode.py)
+    dec = ChunkDecoder()
+    chunks = [
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{\\"a\\""}}]}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"\\n"}}]}',
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]}}]}',
+        b'{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
+    ]
+    raw, _ = encode([ev for ch in chunks for ev in dec.feed(ch)])
     final = check_stream(raw)[-1]["response"]
     assert view(final["output"]) == [("function_call", "f", '{"a":1}')]
 
@@ -257,7 +264,6 @@ def reference(events) -> tuple[list[tuple], bool]:
     """An independent model of the transition table: the items a stream must end with."""
     items: list[list] = []
     cur = None  # ("reasoning"|"message"|"call", canonical index)
-    held = ""
     for e in events:
         if isinstance(e, UpstreamError):
             return [tuple(i) for i in items if i[-1]], True
@@ -266,24 +272,20 @@ def reference(events) -> tuple[list[tuple], bool]:
                 if cur is not None:
                     items[-1].append(True)
                 items.append(["reasoning", ""])
-                cur, held = ("reasoning", None), ""
+                cur = ("reasoning", None)
             items[-1][1] += e.text
         elif isinstance(e, TextDelta) and e.text:
-            if cur is not None and cur[0] == "call" and e.text.isspace():
-                held += e.text
-                continue
             if cur is None or cur[0] != "message":
                 if cur is not None:
                     items[-1].append(True)
-                items.append(["message", held])
-                held = ""
+                items.append(["message", ""])
                 cur = ("message", None)
             items[-1][1] += e.text
         elif isinstance(e, ToolCallStart):
             if cur is not None:
                 items[-1].append(True)
             items.append(["function_call", e.name, ""])
-            cur, held = ("call", e.index), ""
+            cur = ("call", e.index)
         elif isinstance(e, ToolArgsDelta) and e.fragment and cur is not None and cur == ("call", e.index):
             items[-1][2] += e.fragment
     if cur is not None:

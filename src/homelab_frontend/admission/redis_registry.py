@@ -1,4 +1,6 @@
-"""Slot pools shared by gateway replicas through Redis (the `cluster:` config section).
+"""Slot pools shared by gateway replicas through Redis (the `cluster:` config section): the
+registry, one per gateway process, and the theory of operation. Each backend's pool is a
+`redis_slot_pool.RedisSlotPool`; the keys and the Lua scripts are in redis_scripts.py.
 
 Theory of operation
 -------------------
@@ -10,11 +12,6 @@ slot. Giving one back is `ZREM` plus a `PUBLISH` on `hlf:free:<backend>`.
 
 Leases. A replica renews what it holds every `lease_s / 3`. A replica that dies (`kill -9`, a
 power cut) stops renewing, and its slots expire within `lease_s` for the others to take.
-
-Waiting. Each replica keeps its own bounded fair queue (the one in `slots.SlotPool`) and one
-granter task per backend that, while anybody waits, tries to take a slot for the head of the queue.
-It retries when a slot is given back anywhere (pub/sub), and every POLL_S in any case, because
-pub/sub delivers at most once and a lease that *expired* sends no message.
 
 Late is not gone. Redis answers late for ordinary reasons: a busy host, a fork for a snapshot, an
 AOF fsync that Redis itself lets stall writes for up to 2 s, a VM's pause. Such a Redis is waited
@@ -46,12 +43,6 @@ slots). So:
   renewal either;
 - on reconnect the replica re-registers the leases of the requests still running.
 
-A take given up on (Redis gone, the request's queue timeout, its client leaving) may still run:
-it was sent, and a paused Redis runs it when it resumes. Its member is given back at once all the
-same, on another connection, and Redis serves its connections' input in the order it arrived, so
-the release runs after the take and no lease is left behind (tests/unit/admission/
-test_redis_leases.py pauses Redis to check it).
-
 Redis that comes back empty (restarted without persistence) has forgotten every lease; a brand-new
 one never held any. Redis cannot tell the two apart, the replicas can: only a replica that holds
 slots has leases to lose. The first script to run on an empty Redis writes an epoch key holding
@@ -78,26 +69,22 @@ of it as "no answer yet", not as Redis gone.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import socket
-from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, Coroutine
 from urllib.parse import urlsplit
 
 from .. import config as cfgmod
 from ..errors import GatewayError
-from .lease import Holder, Lease, SharedLease
-from .redis_scripts import ACQUIRE, RELEASE, RENEW, VIEW
-from .slots import QueueFront, WaitQueue, _Waiter
+from .redis_scripts import ACQUIRE, EPOCH_KEY, FREE_PATTERN, RELEASE, RENEW, VIEW
+from .redis_slot_pool import RedisSlotPool
+
+if TYPE_CHECKING:  # redis is imported when a `cluster:` section asks for it (Registry)
+    from redis.commands.core import AsyncScript
 
 log = logging.getLogger("homelab_frontend.cluster")
 
-PREFIX = "hlf"
-EPOCH_KEY = f"{PREFIX}:epoch"
-FREE_PATTERN = f"{PREFIX}:free:*"
-POLL_S = 0.25  # a waiting replica re-checks this often even without a pub/sub message
 RECONNECT_S = 0.25  # how often an unreachable Redis is tried again
 # How long an empty Redis first waits for replicas that hold slots to re-register (docstring):
 # a listener's retry and the maintainer's pause (RECONNECT_S each), the calls, with room to spare.
@@ -132,18 +119,6 @@ async def kept_cancel(awaitable: Any) -> Any:
     if task is not None and task.cancelling() > before:
         raise asyncio.CancelledError
     return result
-
-
-def leases_key(backend: str) -> str:
-    return f"{PREFIX}:slots:{backend}"
-
-
-def free_channel(backend: str) -> str:
-    return f"{PREFIX}:free:{backend}"
-
-
-def replica_of(member: str) -> str:
-    return member.rsplit(":", 1)[0]
 
 
 def describe_url(url: str) -> str:
@@ -209,14 +184,14 @@ class Registry:
         self.down_since: float | None = None
         self.last_error: str | None = None
         self.grace_until: float | None = None  # loop time when a fresh epoch's grace ends
-        self._tasks: set[asyncio.Task] = set()
-        self._maintainer: asyncio.Task | None = None
-        self._listener: asyncio.Task | None = None
-        self._fencer: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._maintainer: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._fencer: asyncio.Task[None] | None = None
         self._went_down = asyncio.Event()
         self._closed = False
 
-    def pool(self, name: str, slots: int, depth: int, timeout_s: float) -> "RedisSlotPool":
+    def pool(self, name: str, slots: int, depth: int, timeout_s: float) -> RedisSlotPool:
         pool = RedisSlotPool(name, slots, depth, timeout_s, self)
         self.pools[name] = pool
         return pool
@@ -261,7 +236,7 @@ class Registry:
         except (*self._errors, asyncio.TimeoutError):
             pass
 
-    def spawn(self, coro) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """A task owned by the registry, not by any request: a release scheduled from inside a
         cancelled request's cleanup still runs to the end."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -271,7 +246,7 @@ class Registry:
 
     # -- calls (each bounded; Redis gone marks it down and raises `unreachable()`) -------------
 
-    async def call(self, script, keys: list[str], args: list[Any], within: float | None = None) -> Any:
+    async def call(self, script: AsyncScript, keys: list[str], args: list[Any], within: float | None = None) -> Any:
         """Run `script`, waiting for a late answer until Redis counts as gone (`gone_s`), or, with
         `within`, only that long: running out of the caller's own, shorter budget raises `late()`
         and says nothing about Redis. A refused or broken connection is Redis gone at once."""
@@ -386,7 +361,8 @@ class Registry:
         return True
 
     async def _reconnect(self) -> None:
-        was_down = self.down_since is not None
+        down_since = self.down_since
+        was_down = down_since is not None
         if was_down:  # idle pooled connections may predate a Redis restart: start afresh
             try:
                 await asyncio.wait_for(self.client.connection_pool.disconnect(), self.op_timeout)
@@ -394,10 +370,10 @@ class Registry:
                 pass
         if await self._renew_all():  # the first call re-registers whatever is still running
             self.ok = True
-            if was_down:
+            if down_since is not None:
                 held = sum(len(p.leases()) for p in self.pools.values())
                 log.warning("cluster: Redis at %s is back after %.1f s; %d held slots re-registered",
-                            self.where, asyncio.get_running_loop().time() - self.down_since, held)
+                            self.where, asyncio.get_running_loop().time() - down_since, held)
             self.down_since = None
             self.last_error = None
 
@@ -458,10 +434,10 @@ class Registry:
 
     # -- the admin view -----------------------------------------------------------------------
 
-    async def view(self) -> dict:
+    async def view(self) -> dict[str, Any]:
         """Cluster-wide slot use, read from Redis now: per backend, who holds what. While Redis is
         unreachable: what was last seen, without waiting on Redis (`leases` is then null)."""
-        backends: dict[str, dict] = {}
+        backends: dict[str, dict[str, Any]] = {}
         for name, pool in list(self.pools.items()):
             leases = None
             if self.ok:
@@ -495,248 +471,3 @@ class Registry:
             return None
         left = self.grace_until - asyncio.get_running_loop().time()
         return round(left, 3) if left > 0 else None
-
-
-# -- the pool -------------------------------------------------------------------------------------
-
-
-class RedisSlotPool(QueueFront):
-    """A backend's slots as Redis leases. The queue in front (fairness, priority, depth, timeout,
-    Retry-After, the gate of a managed backend) is the same `WaitQueue` the in-process `SlotPool`
-    uses; what is this class's own is taking and giving back, which are awaits on Redis, and the
-    granter task that serves the queue.
-
-    Each held slot is a `Lease` whose `member` names it in Redis; the request's record rides on the
-    lease (`holder`), so the fencing that must stop a request finds it there, whichever task took
-    the slot.
-
-    `in_use` is the cluster-wide count as last seen (every take, every renewal, and each admin
-    view refresh it; a local release lowers it at once), so routing, the dashboard and the leak
-    check see the backend's real load; `held` is this replica's share."""
-
-    def __init__(self, name: str, slots: int, depth: int, timeout_s: float, registry: Registry) -> None:
-        self.name = name
-        self.slots = slots
-        self.in_use = 0
-        self.queue = WaitQueue(name, depth, timeout_s, slots)
-        self.reg = registry
-        self.key = leases_key(name)
-        self.channel = free_channel(name)
-        self.holders: Counter[str] = Counter()  # replica -> slots, as last seen
-        self._held: dict[str, SharedLease] = {}  # member -> lease; what this replica renews
-        self._dangling: set[str] = set()  # given back while Redis was unreachable: ZREM on reconnect
-        self._wake = asyncio.Event()
-        self._granter: asyncio.Task | None = None
-        self._seq = itertools.count()
-
-    @property
-    def held(self) -> int:
-        return sum(1 for lease in self._held.values() if lease.bound)
-
-    # -- what the registry asks ---------------------------------------------------------------
-
-    def leases(self) -> list[SharedLease]:
-        return list(self._held.values())
-
-    def members(self) -> list[str]:
-        """Every member this replica has in Redis or may still have (for the shutdown release)."""
-        return [*self._held, *self._dangling]
-
-    def holds_any(self) -> bool:
-        return bool(self._dangling) or any(lease.bound for lease in self._held.values())
-
-    def freed(self, in_use: int | None) -> None:
-        """A slot was given back somewhere (pub/sub), leaving `in_use` taken cluster-wide."""
-        self._wake.set()
-        if in_use is not None:
-            self.in_use = in_use
-
-    def seen(self, live: list[str]) -> None:
-        self.in_use = len(live)
-        self.holders = Counter(replica_of(m) for m in live)
-
-    def fail_waiters(self, err: GatewayError) -> None:
-        self.queue.fail_all(err)
-
-    def stop(self, err: GatewayError) -> None:
-        if self._granter is not None:
-            self._granter.cancel()
-        self.fail_waiters(err)
-
-    # -- admission ----------------------------------------------------------------------------
-
-    async def acquire(self, key: str = "", priority: int = 0, holder: Holder | None = None) -> Lease:
-        if not self.reg.ok:
-            raise self.reg.unreachable()
-        q = self.queue
-        if q.queued == 0 and q.open():
-            # a late Redis is waited for within this request's queue timeout (module docstring);
-            # a timeout of 0 means "do not queue", not "do not ask Redis"
-            lease = await self._take(holder, within=max(q.timeout_s, self.reg.op_timeout))
-            if lease is not None:
-                q.changed()
-                return lease
-        q.refuse_if_shut()
-        q.check_room(self.slots, " across the cluster")
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), key, priority, holder)
-        self._serve()
-        return await q.wait(waiter, self.release)
-
-    def release(self, lease: Lease, held_s: float | None = None) -> None:
-        """Immediate for the caller: the slot leaves this replica's books now and the Redis call
-        runs in a task of its own (if it fails, the lease is no longer renewed and expires)."""
-        if lease.released:
-            return
-        lease.released = True
-        self.queue.note_hold(held_s)
-        member = getattr(lease, "member", None)
-        if member is not None and self._held.get(member) is lease:
-            self._drop(member)
-            self.in_use = max(0, self.in_use - 1)
-        self._wake.set()
-        self.queue.changed()
-
-    def grant(self) -> None:
-        """The gate may have opened: serve the queue."""
-        if self.queue.queued:
-            self._serve()
-        self._wake.set()
-
-    def resize(self, slots: int, depth: int, timeout_s: float) -> None:
-        self.slots, self.queue.depth, self.queue.timeout_s = slots, depth, timeout_s
-        self.queue.slots = slots
-        self._wake.set()
-
-    # -- taking and giving back ---------------------------------------------------------------
-
-    def _member(self, holder: Holder | None) -> str:
-        # Never reused: a release's ZREM may still be on its way, and two holders of one member
-        # would count as one slot. Request ids are new per request and a request is admitted once.
-        if holder is None:
-            return f"{self.reg.replica}:lease-{next(self._seq)}"
-        member = f"{self.reg.replica}:{holder.id}"
-        if member in self._held or member in self._dangling:
-            member = f"{member}-{next(self._seq)}"
-        return member
-
-    async def _take(self, holder: Holder | None, waiter: _Waiter | None = None,
-                    within: float | None = None) -> SharedLease | None:
-        """One try in Redis -> the lease now held, or None when full (or the waiter left)."""
-        member = self._member(holder)
-        lease = self._held[member] = SharedLease(holder, member, asyncio.get_running_loop().time())
-        try:
-            taken, n = await self.reg.take(self, member, within)
-        except BaseException:
-            self._drop(member)  # the script may have run before the failure, or run yet: give it back
-            raise
-        self.in_use = n
-        if not taken:
-            self._held.pop(member, None)  # never added in Redis: nothing to give back
-            return None
-        if waiter is not None and waiter.fut.done():
-            self._drop(member)  # it left while we were asking
-            return None
-        lease.bound = True
-        self.holders[self.reg.replica] += 1
-        return lease
-
-    def _drop(self, member: str) -> None:
-        """Off this replica's books now; out of Redis as soon as it answers."""
-        lease = self._held.pop(member, None)
-        if lease is None:
-            return
-        if lease.bound and self.holders[self.reg.replica] > 0:
-            self.holders[self.reg.replica] -= 1
-        if self.reg.ok:
-            self.reg.spawn(self._give_back_remote(member))
-        else:
-            self._dangling.add(member)
-
-    async def _give_back_remote(self, member: str) -> None:
-        try:
-            await self.reg.give_back(self, [member])
-        except GatewayError:
-            self._dangling.add(member)
-
-    async def renew(self) -> None:
-        """Renew what this replica holds, give back what it let go while Redis was away, and
-        stop the requests whose leases were lost."""
-        members = [m for m, lease in self._held.items() if lease.bound and not lease.fenced]
-        drops = list(self._dangling)
-        sent = asyncio.get_running_loop().time()
-        lost, readded, live = await self.reg.renew(self, drops, members)
-        self._dangling.difference_update(drops)
-        lost_set = set(lost)
-        for member in members:
-            lease = self._held.get(member)
-            if lease is not None and member not in lost_set:
-                lease.valid_from = max(lease.valid_from, sent)
-        for member in readded:
-            if member not in self._held:  # given back while the renewal was on its way
-                self.reg.spawn(self._give_back_remote(member))
-        for member in lost:
-            lease = self._held.get(member)
-            if lease is not None:
-                self.fence(lease, "its slot lease expired while Redis was unreachable and another "
-                                  "replica has taken the slot since")
-        self.seen(live)
-
-    def fence(self, lease: SharedLease, why: str) -> None:
-        """Stop the request holding `lease`: this replica can no longer vouch for its slot."""
-        if lease.fenced or lease.released:
-            return
-        lease.fenced = True
-        msg = f"the request was stopped because {why}; the backend never runs more than its slots"
-        holder = lease.holder
-        log.warning("cluster: backend %s: stopping request %s: %s", self.name,
-                    holder.id if holder is not None else lease.member, why)
-        if holder is None or not holder.cancel("slot_lost", msg):
-            # nobody to stop (or it is ending already): the slot goes as soon as it is released
-            log.debug("cluster: backend %s: lease %s had no running request to stop", self.name, lease.member)
-
-    # -- the granter --------------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        if self._granter is None or self._granter.done():
-            # a task: it first runs once the caller's waiter is queued
-            self._granter = self.reg.spawn(self._grant_loop())
-
-    async def _grant_loop(self) -> None:
-        try:
-            await self._grant_rounds()
-        except Exception:  # a bug must not leave the waiters to their queue timeout
-            log.exception("cluster: backend %s: slot granter failed", self.name)
-            self.fail_waiters(GatewayError("api_error", "internal error in the gateway's slot queue"))
-
-    async def _grant_rounds(self) -> None:
-        """While anybody waits here: take a slot in Redis for the head of the queue (once the
-        gate admits), or wait for one to be given back somewhere (pub/sub), or POLL_S."""
-        q = self.queue
-        while q.queued:
-            if not self.reg.ok:
-                self.fail_waiters(self.reg.unreachable())
-                return
-            w = q.peek()
-            if w is None:
-                return
-            self._wake.clear()  # before asking: a release during the call wakes the next round
-            if q.open():
-                try:
-                    lease = await self._take(w.holder, waiter=w)
-                except GatewayError:
-                    return  # unreachable: the waiters were failed when it was marked down
-                if lease is None and w.fut.done():
-                    continue  # it left while we were asking: the next one
-                if lease is not None:
-                    if q.peek() is w:
-                        q.pop()  # also rotates w's key behind the others
-                    else:
-                        q.remove(w)
-                    w.fut.set_result(lease)
-                    q.changed()
-                    continue
-            try:
-                async with asyncio.timeout(POLL_S):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
