@@ -12,7 +12,7 @@ SIGTERM or a failed start alike. A demo that cannot have its port says so before
 file, so a second `make demo` leaves the first one's stub log alone.
 
 Only glue (processes started and stopped): tests/integration/test_seed_verify.py runs it as a
-user would (tests/support/unit_coverage.py's GLUE).
+user would.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Responses surface's share of the gateway: the reasoning sealer and the response store,
 made once per gateway (app/gateway.py) and read by the handler as `gw.responses`. Apart from the
 handler so that `surfaces.context`, which declares it, imports no handler. Only glue (the
-sealer and the stores have their own unit tests): see tests/support/unit_coverage.py's GLUE."""
+sealer and the stores have their own unit tests)."""
 
 from __future__ import annotations
 
