@@ -36,7 +36,9 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
+
+from .unit import Managed
 
 log = logging.getLogger("homelab_frontend.lifecycle")
 
@@ -60,6 +62,17 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+class Led(Protocol):
+    """What the coordinator drives: the fleet of this replica (fleet.Fleet)."""
+
+    units: dict[str, Managed]
+
+    def became_leader(self) -> None: ...
+    def lost_leadership(self) -> None: ...
+    def kick(self) -> None: ...
+    def mirror(self, states: dict[str, Any]) -> None: ...
 
 
 class Coordinator:
@@ -102,11 +115,11 @@ class Coordinator:
         self._failing_since = self._logged_at = None
         self._failures = 0
 
-    def start(self, fleet: Any) -> None:
+    def start(self, fleet: Led) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(fleet))
 
-    async def _run(self, fleet: Any) -> None:
+    async def _run(self, fleet: Led) -> None:
         next_renew = 0.0
         # not `while True`: a cancellation that lands as a Redis call completes is lost in redis-py
         # on Python 3.11 (admission/redis_registry.kept_cancel), and close() would wait for good
@@ -137,7 +150,7 @@ class Coordinator:
         left = self._renewed_at + self.lease_s * GIVE_UP - time.monotonic()
         return asyncio.get_running_loop().time() + left
 
-    async def _lead(self, fleet: Any) -> None:
+    async def _lead(self, fleet: Led) -> None:
         sent = time.monotonic()
         if self.leader:
             if await self._renew(keys=[LEADER_KEY], args=[self.replica, self.lease_ms]):
@@ -158,12 +171,12 @@ class Coordinator:
             log.warning("lifecycle: replica %r now runs the managed backends", self.replica)
             fleet.became_leader()
 
-    def _lose(self, fleet: Any, why: str) -> None:
+    def _lose(self, fleet: Led, why: str) -> None:
         self.leader = False
         log.warning("lifecycle: replica %r no longer runs the managed backends: %s", self.replica, why)
         fleet.lost_leadership()
 
-    async def _exchange(self, fleet: Any) -> None:
+    async def _exchange(self, fleet: Led) -> None:
         if self.leader:
             states = {name: {**u.as_dict(), "leader": self.replica} for name, u in fleet.units.items()}
             await self.client.set(STATES_KEY, json.dumps(states), px=self.lease_ms)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
+from .. import config as cfgmod
 from ..errors import GatewayError, clean_message
 from .logring import LogRing
 from .machine import Aim, Event
@@ -33,8 +34,15 @@ START_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 Spawner = Callable[[list[str], Mapping[str, str], "str | None", LogRing, float], Awaitable[Process]]
 
 
-# The prober (probe.Prober, or a test's stand-in): ready, listening, wake, is_sleeping, sleep, close.
-Prober = Any
+class Prober(Protocol):
+    """What the effects ask of a managed server over HTTP (probe.Prober; a test's stand-in)."""
+
+    async def ready(self, b: cfgmod.Backend) -> bool: ...
+    async def listening(self, b: cfgmod.Backend) -> bool: ...
+    async def sleep(self, b: cfgmod.Backend, level: int, timeout_s: float) -> None: ...
+    async def wake(self, b: cfgmod.Backend, timeout_s: float) -> None: ...
+    async def is_sleeping(self, b: cfgmod.Backend) -> bool | None: ...
+    async def close(self) -> None: ...
 
 
 async def start(u: Managed, was: UnitState, spawner: Spawner, prober: Prober,

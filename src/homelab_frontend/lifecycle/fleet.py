@@ -42,10 +42,11 @@ from .. import config as cfgmod
 from ..admission.slots import SlotStore
 from ..errors import GatewayError
 from . import effects, following, operator, swap_policy
-from .effects import START_BUCKETS, Spawner, spawn_child
+from .effects import START_BUCKETS, Prober as ProberLike, Spawner, spawn_child
 from .keep_alive import Forever
 from .machine import BUSY, Event
 from .swap_policy import UnitState
+from .cluster import Coordinator
 from .probe import Prober
 from .reload import reconcile
 from .unit import Door, Managed
@@ -67,17 +68,17 @@ IDLE = Demand(False, False, None)
 
 
 class Fleet:
-    def __init__(self, spawner: Spawner = spawn_child, prober: Any = None) -> None:
+    def __init__(self, spawner: Spawner = spawn_child, prober: ProberLike | None = None) -> None:
         self.units: dict[str, Managed] = {}
         self.resources: dict[str, float] = {}
         self.policy = "batch"
         self.swap_after_s = 20.0
         self.spawner = spawner  # makes a server's process (effects.spawn_child: a process.Child)
-        self.prober = prober if prober is not None else Prober()
+        self.prober: ProberLike = prober if prober is not None else Prober()
         # the gateway's hook on every state change: it probes a backend that became ready at once
         # (kind, context lengths) and never counts one that is not running by design as down
         self.on_change: Callable[[str, UnitState], None] | None = None
-        self.coord: Any = None  # lifecycle.cluster.Coordinator with `cluster:`: only its leader runs servers
+        self.coord: Coordinator | None = None  # with `cluster:`: only its leader runs servers
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from . import swap_policy
+from .cluster import Coordinator
 from .keep_alive import Forever, unloads
 from .machine import Aim
 from .swap_policy import UnitState
@@ -45,7 +46,7 @@ def keep_alive(u: Managed, asked: float | Forever, *, prompt: bool = True) -> bo
     return True
 
 
-def snapshot(units: dict[str, Managed], coord: Any) -> list[dict[str, Any]]:
+def snapshot(units: dict[str, Managed], coord: Coordinator | None) -> list[dict[str, Any]]:
     out = [u.as_dict() for u in units.values() if not u.removed]
     if coord is not None:  # which replica runs them (None: nobody holds the lease now)
         for d in out:
