@@ -279,7 +279,7 @@ class SharedSupersede:
             if stale.cancel("superseded", MESSAGE):
                 self.superseded += 1
                 log.info("supersede: request %s cancelled: its client's newer completion arrived on "
-                         "replica %s", getattr(stale, "id", "?"), replica)
+                         "replica %s", stale.id, replica)
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
         """Best effort and never dies: a lost message only lets a stale completion run on."""

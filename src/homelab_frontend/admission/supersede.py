@@ -39,8 +39,11 @@ END_WAIT_S = 1.0
 
 
 class Cancellable(Protocol):
-    """What a request's record offers (request.tracker.Tracked): `cancel`, and the `task` running
-    it (None: nothing to wait for), which `wait_ended` waits on."""
+    """What a request's record offers (request.tracker.Tracked): its `id` for the log, `cancel`,
+    and the `task` running it (None: nothing to wait for), which `wait_ended` waits on."""
+
+    @property
+    def id(self) -> str: ...
 
     @property
     def task(self) -> asyncio.Task[Any] | None: ...

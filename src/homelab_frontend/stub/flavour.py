@@ -46,6 +46,7 @@ class Rejection:
 class Flavour:
     name = ""
     default_model = ""
+    default_models: tuple[str, ...] = ()  # the models it lists when none are given: default_model alone if empty
     stream_tool_args = True
     separate_finish = False
     supports_reasoning = True

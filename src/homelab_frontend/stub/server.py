@@ -304,7 +304,7 @@ def build_app(config: StubConfig) -> web.Application:
     flavour = make_flavour(config.flavour)
     flavour.legacy_context_errors = config.legacy_context_errors
     if not config.models:
-        config = replace(config, models=getattr(flavour, "default_models", (flavour.default_model,)))
+        config = replace(config, models=flavour.default_models or (flavour.default_model,))
     state = StubState(config=config, log=EventLog(config.log))
     if config.prefix_cache_tokens > 0:
         state.cache = PrefixCache(config.prefix_cache_tokens, config.prefix_block)
