@@ -1,7 +1,7 @@
 """The Anthropic Messages surface: POST /llm/v1/messages (plain and streaming) and
 /llm/v1/messages/count_tokens. The dialect's parts only: the request/answer cycle is
 surfaces/skeleton.py; parsing is in request.py, the stream grammar in stream.py, whole-message
-assembly in response.py, upstream chunk decoding in upstream/decode.py.
+assembly in assemble.py, upstream chunk decoding in upstream/decode.py.
 
 While a streaming request waits for a slot, no response headers are sent yet: a refusal can then
 still be a proper 529 with Retry-After, which clients (Claude Code included) retry on. Once the

@@ -1,4 +1,4 @@
-"""Anthropic wire rules both encoders follow (stream.py for SSE, response.py for one message):
+"""Anthropic wire rules both encoders follow (stream.py for SSE, assemble.py for one message):
 the stop-reason table, what a valid tool-use id is, and the one generator of ids.
 
 One module, so the streaming and the whole-message answers cannot drift apart: a client that

@@ -74,7 +74,7 @@ Choices (and why)
   upstream model's chat template may check the ids it generated when the history comes back
   (Mistral templates require their own 9-char ids); clients only echo ids back. Otherwise (none,
   invalid characters, or an id already used in this message: tool_result pairing needs unique
-  ids) a fresh `toolu_<24 base62>` is generated (rules.py, shared with response.py).
+  ids) a fresh `toolu_<24 base62>` is generated (rules.py, shared with assemble.py).
 * input_tokens (Anthropic meaning: uncached prompt tokens) = prompt_tokens - cached tokens when the
   upstream reported cached tokens, else prompt_tokens. `cache_read_input_tokens` is sent only
   when the upstream reported a cached count; `cache_creation_input_tokens` never (we would have to

@@ -9,7 +9,7 @@ GenAI SDKs' `base_url` are `http://HOST:8080/llm`):
     GET  models, GET models/{model}             in Google's shape (models.py)
 
 The dialect's parts only: the request cycle is surfaces/skeleton.py, parsing request.py, the
-stream grammar stream.py, the whole answer response.py, the wire rules rules.py.
+stream grammar stream.py, the whole answer assemble.py, the wire rules rules.py.
 
 While a request waits for a slot no response header is sent, so a refusal is still a whole HTTP
 error (429 RESOURCE_EXHAUSTED with Retry-After and a RetryInfo, which Gemini CLI times its retry

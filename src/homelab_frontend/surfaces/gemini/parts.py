@@ -1,6 +1,6 @@
 """Canonical events -> Gemini parts, in the order a client should see them. Pure; the one core
 of both the stream encoder (stream.py frames each step's parts as a chunk) and the whole-answer
-assembler (response.py merges them into one candidate), so the two cannot drift apart.
+assembler (assemble.py merges them into one candidate), so the two cannot drift apart.
 
 A step (`feed(event)`) returns the parts that event completes, each a tuple:
 

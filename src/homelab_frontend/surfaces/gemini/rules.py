@@ -1,4 +1,4 @@
-"""Gemini wire rules the stream encoder (stream.py) and the whole-answer assembler (response.py)
+"""Gemini wire rules the stream encoder (stream.py) and the whole-answer assembler (assemble.py)
 share, so that an answer read with `streamGenerateContent` and one read with `generateContent`
 cannot drift apart: finish reasons, usage metadata, function-call ids and arguments, the
 reasoning signature, and the JSON escaping.

@@ -1,5 +1,5 @@
 """The `Response` object of the OpenAI Responses API, as openai-python's
-`types/responses/assemble.py` defines it: envelope, output items, usage, status. Pure.
+`types/responses/response.py` defines it: envelope, output items, usage, status. Pure.
 
 Both answer paths build it the same way: the stream encoder (stream.py) holds the output items as
 it emits them, and a plain (non-streaming) request runs the same encoder without writing its

@@ -1,6 +1,6 @@
 """The OpenAI Responses surface: POST /llm/v1/responses (plain and streaming), GET and DELETE
 /llm/v1/responses/{id}. The dialect's parts only: the request/answer cycle is surfaces/skeleton.py;
-parsing is in request.py, the stream grammar in stream.py, the Response object in response.py,
+parsing is in request.py, the stream grammar in stream.py, the Response object in assemble.py,
 stored responses in store.py (the surface's share of the gateway in state.py), reasoning blobs
 in sealed.py.
 
