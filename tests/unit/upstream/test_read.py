@@ -1,16 +1,19 @@
 """The bounded readers of an upstream's answer (upstream/read.py): the SSE line reader over
-scripted reads."""
+scripted reads, the whole-body reader against a real server."""
 
 from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
+from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.scale import examples
 
-from homelab_frontend.upstream.read import UpstreamTooLarge, sse_payloads
+from homelab_frontend.errors import GatewayError
+from homelab_frontend.upstream.read import UpstreamTooLarge, read_body, sse_payloads
 
 
 class _Content:
@@ -68,3 +71,69 @@ def test_sse_line_over_the_limit_raises_too_large(reads):
 def test_sse_a_line_of_exactly_the_limit_passes():
     line = b"data: " + b"z" * (2048 - 6)
     assert _collect([line[:1000], line[1000:], b"\n\n"], max_line=2048) == [b"z" * (2048 - 6)]
+
+
+# -- the whole-body reader, against a real aiohttp server on 127.0.0.1 ---------------------------
+
+
+def _read(handler, limit: int) -> bytes:
+    async def main() -> bytes:
+        app = web.Application()
+        app.router.add_get("/", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(f"http://127.0.0.1:{runner.addresses[0][1]}/") as resp:
+                    return await read_body(resp, "b", limit)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def _chunked(parts: list[bytes]):
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)  # no content-length: chunked, its size unknown up front
+        for p in parts:
+            await resp.write(p)
+        await resp.write_eof()
+        return resp
+    return handler
+
+
+def test_a_body_up_to_the_limit_is_read_whole():
+    async def sized(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 100)
+
+    assert _read(sized, 100) == b"x" * 100
+    assert _read(_chunked([b"ab", b"cd", b"ef"]), 6) == b"abcdef"
+
+
+def test_a_declared_length_over_the_limit_is_refused():
+    async def sized(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 101)
+
+    with pytest.raises(UpstreamTooLarge) as exc:
+        _read(sized, 100)
+    assert exc.value.kind == "upstream_too_large" and "max_body_bytes" in exc.value.message and "'b'" in exc.value.message
+
+
+def test_a_chunked_body_growing_past_the_limit_is_refused():
+    with pytest.raises(UpstreamTooLarge):
+        _read(_chunked([b"a" * 60, b"b" * 60]), 100)
+
+
+def test_a_body_cut_short_is_the_backends_failure():
+    async def cut(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"content-length": "1000"})
+        await resp.prepare(request)
+        await resp.write(b"x" * 10)
+        request.transport.close()  # hangs up 990 bytes short
+        return resp
+
+    with pytest.raises(GatewayError) as exc:
+        _read(cut, 10_000)
+    assert exc.value.kind == "upstream_error" and "closed the connection before its answer was complete" in exc.value.message
