@@ -23,7 +23,8 @@ def test_a_signature_verifies_its_text_under_its_secret_only():
     assert ThinkingSigner().sign("x") != ThinkingSigner().sign("x")  # no secret: a random one each
 
 
-@pytest.mark.parametrize("signature", [None, "", "hlf1.", "é" * 10, 42, SIGNER.seal("Okay, greet.")])
+@pytest.mark.parametrize("signature", [None, "", "hlf1.", "é" * 10, 42, SIGNER.seal("Okay, greet.")],
+                         ids=["none", "empty", "prefix-only", "non-ascii", "not-a-string", "a-seal-of-the-text"])
 def test_anything_else_does_not_verify(signature):
     assert SIGNER.verify("Okay, greet.", signature) is False
 
