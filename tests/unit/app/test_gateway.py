@@ -1,16 +1,14 @@
-"""The gateway state (app/gateway.py) against the Protocols the layers above it are typed with,
-its reload of backends, and the metrics it feeds (ops/metrics.py)."""
+"""The gateway state (app/gateway.py): its reload of backends, and the metrics it feeds
+(ops/metrics.py). (Against the Protocols the layers above it are typed with: tests/unit/ops/
+test_context.py and tests/unit/surfaces/test_context.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import typing
 
 import pytest
 from homelab_frontend import config as cfgmod
 from homelab_frontend.app.gateway import Gateway
-from homelab_frontend.ops.context import OpsGateway
-from homelab_frontend.surfaces.context import Gateway as SurfaceGateway
 
 
 def _cfg(tmp_path, backends=("gpu0",)) -> cfgmod.Config:
@@ -31,17 +29,6 @@ def gw(tmp_path):
     yield g
     loop.run_until_complete(g.close())
     loop.close()
-
-
-@pytest.mark.parametrize("protocol", [SurfaceGateway, OpsGateway])
-def test_the_gateway_has_everything_its_protocols_declare(gw, protocol):
-    # names a Protocol imports only for the checker (TYPE_CHECKING) resolve to anything here
-    declared = set(typing.get_type_hints(protocol, include_extras=False, localns={
-        "ResponsesState": object, "Metrics": object, "Registry": object}))
-    declared |= {n for n, v in vars(protocol).items()
-                 if (callable(v) or isinstance(v, property)) and not n.startswith("_")}
-    missing = {n for n in declared if not hasattr(gw, n)}
-    assert not missing, missing
 
 
 def test_apply_keeps_pools_and_drops_idle_removed_backends(gw, tmp_path):

@@ -102,14 +102,3 @@ def test_a_refused_connection_is_down_at_the_first_probe(tmp_path):
         assert not state.up and "connection refused" in state.last_error
 
     _run(tmp_path, body, port=_free_port())  # nothing listens there
-
-
-def test_only_a_missed_deadline_is_late():
-    from homelab_frontend.errors import GatewayError
-    from homelab_frontend.upstream.client import UpstreamFailure
-
-    assert health.is_late(UpstreamFailure("upstream_unreachable", "x", cause="timeout"))
-    assert health.is_late(UpstreamFailure("upstream_unreachable", "x", cause="connect_timeout"))
-    assert not health.is_late(UpstreamFailure("upstream_unreachable", "x", cause="unreachable"))
-    assert not health.is_late(UpstreamFailure("upstream_error", "x", cause="reset"))
-    assert not health.is_late(GatewayError("upstream_error", "backend 'a' answered 500 to /models"))

@@ -1,4 +1,5 @@
-"""The outcome table (request/outcome.py) and the record that applies it (Tracked.end)."""
+"""The outcome table (request/outcome.py) and the record that applies it (Tracked.end). The
+record's own cancels and the Tracker: test_tracker.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from homelab_frontend.request import tracker as tr
 from homelab_frontend.request.outcome import DONE, FAILED, LEFT, OK, STALLED, outcome_of
-from homelab_frontend.request.tracker import Tracked, Tracker
+from homelab_frontend.request.tracker import Tracked
 
 PHASES = [tr.QUEUED, tr.CONNECTING, tr.FIRST_TOKEN, tr.STREAMING, tr.GENERATING]
 KINDS = ["overloaded", "rate_limit", "timeout", "upstream_midstream", "upstream_unreachable", "invalid_request"]
@@ -63,76 +64,3 @@ def test_the_record_names_the_phase_it_left_in():
     t.connecting(), t.answering(stream=True), t.streaming()
     t.end(LEFT, override=True)
     assert t.outcome == "cancelled_streaming"
-
-
-def test_a_stalled_client_is_its_own_cancel_not_a_timeout():
-    async def main():
-        t = _record()
-        task = asyncio.current_task()
-        t.task = task
-        assert t.cancel("client_stalled", "stopped reading")
-        try:
-            await asyncio.sleep(1)
-        except asyncio.CancelledError:
-            err = t.own_cancel_error()
-        assert err is not None and err.kind == "timeout"
-        assert t.outcome == "cancelled_client_stalled"
-        assert not task.cancelling()  # taken back: the error is answered, not propagated
-
-    asyncio.run(main())
-
-
-def test_own_cancel_reasons_map_to_errors():
-    async def main():
-        out = {}
-        for reason in ("timeout", "shutdown", "slot_lost", "admin"):
-            t = _record()
-            t.task = asyncio.current_task()
-            t.cancel(reason, "why")
-            try:
-                await asyncio.sleep(1)
-            except asyncio.CancelledError:
-                err = t.own_cancel_error()
-            out[reason] = (err.kind, err.status)
-        return out
-
-    got = asyncio.run(main())
-    assert got["timeout"][0] == "timeout"
-    assert got["shutdown"] == ("overloaded", 503)
-    assert got["slot_lost"] == ("overloaded", 503)
-    assert got["admin"] == ("api_error", 503)
-
-
-def test_a_client_leaving_is_no_own_cancel():
-    t = _record()
-    assert t.own_cancel_error() is None  # nothing of ours cancelled it
-    assert not t.cancel("timeout")  # its task is over: nothing left to cancel
-
-
-def test_tracker_lists_finds_and_cancels():
-    async def main():
-        trk = Tracker()
-        t = _record()
-        t.task = asyncio.current_task()
-        trk.add(t)
-        assert len(trk) == 1 and trk.get(t.id) is t and list(trk) == [t]
-        assert not trk.cancel("req_nope", "admin")
-        assert trk.cancel(t.id, "admin")
-        assert not trk.cancel(t.id, "admin")  # once
-        try:
-            await asyncio.sleep(1)
-        except asyncio.CancelledError:
-            t.own_cancel_error()
-        trk.remove(t)
-        trk.remove(t)  # idempotent
-        assert len(trk) == 0 and trk.get(t.id) is None
-
-    asyncio.run(main())
-
-
-def test_as_dict_has_no_message_text_and_the_fields_the_admin_api_shows():
-    t = _record()
-    d = t.as_dict()
-    assert set(d) == {"id", "dialect", "model", "backend", "key", "phase", "stream", "age_s", "started",
-                      "tokens_out", "backends_tried", "served_model", "client", "endpoint"}
-    assert d["phase"] == tr.QUEUED

@@ -1,7 +1,8 @@
 """The stub's rerank, score, speech and image endpoints (stub/rerank.py, audio.py, images.py,
 media.py, media_flavours.py) over a loopback socket: each server's shapes, the directives, and the
 evidence the gateway's tests judge it by (one `request` line, then exactly one `completed` or
-`cancelled` line; in_flight back to 0; upload bytes counted as they arrive; the concurrency seen)."""
+`cancelled` line; in_flight back to 0; upload bytes counted as they arrive; the concurrency seen).
+The pure parts of rerank.py, audio.py, images.py and media_flavours.py: their own test files."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from homelab_frontend.stub import audio, images
 from homelab_frontend.stub.media import parse_media_directives, wav_header, wav_seconds
-from homelab_frontend.stub.media_flavours import Kokoro, SdCpp, Speaches, WhisperCpp
-from homelab_frontend.stub.rerank import relevance
-from homelab_frontend.stub.server import FLAVOURS, StubServer
+from homelab_frontend.stub.server import StubServer
 from homelab_frontend.stub.state import StubConfig
 
 DOCS = ["Bananas are yellow and sweet.", "The Eiffel Tower stands in Paris, the capital of France.",
@@ -65,13 +63,6 @@ def ends(lines: list[str]) -> list[str]:
 
 # -- pure parts --
 
-def test_relevance_puts_the_document_holding_the_query_first():
-    scores = [relevance(QUERY, d) for d in DOCS]
-    assert scores.index(max(scores)) == 1
-    assert all(0 < s < 1 for s in scores)
-    assert relevance("", "anything") == pytest.approx(0.0001)
-
-
 def test_directives_read_only_known_keys_and_clamp_at_zero():
     d = parse_media_directives("hi [stub delay_ms=30 chunks=2 status=503 bogus=1 read_ms=-5] there")
     assert (d.delay_ms, d.chunks, d.status, d.read_ms) == (30, 2, 503, 0)
@@ -84,27 +75,6 @@ def test_wav_seconds_reads_the_header_and_a_streamed_header_falls_back_to_the_si
     header = wav_header(24000)
     assert wav_seconds(header, len(header) + 48000) == pytest.approx(1.0)
     assert wav_seconds(b"ID3" + b"\0" * 60, 1000) is None
-
-
-def test_subtitles_are_numbered_srt_and_webvtt_with_their_own_time_separators():
-    segments = [(0.0, 1.5, " One."), (1.5, 3723.25, " Two.")]
-    assert audio._srt(segments) == "1\n00:00:00,000 --> 00:00:01,500\n One.\n\n2\n00:00:01,500 --> 01:02:03,250\n Two.\n\n"
-    assert audio._vtt(segments).startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n One.\n\n")
-
-
-def test_image_sizes_are_parsed_bounded_and_the_png_is_well_formed():
-    assert images._size(None) == (512, 512) and images._size("64x32") == (64, 32)
-    assert images._size("64") is None and images._size("0x5") is None and images._size("9999x1") is None
-    data = images.png(3, 2, "seed")
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (3, 2)
-
-
-def test_the_media_flavours_are_registered_with_their_error_shapes():
-    assert FLAVOURS["whispercpp"] is WhisperCpp and FLAVOURS["sdcpp"] is SdCpp
-    assert WhisperCpp().error(400, "x").body == {"error": "x"}
-    assert SdCpp().error(400, "x").body == {"error": "x"}
-    assert Speaches().error(404, "x").body == {"detail": "x"}
-    assert Kokoro().model_not_found("m").body["detail"]["error"] == "invalid_model"
 
 
 # -- rerank and score --

@@ -1,5 +1,5 @@
-"""Pure pieces of the llama.cpp support: kind detection, context lengths, the context refusal,
-the chunk-stream assembler, stale-connection classification."""
+"""Pure pieces of the llama.cpp support: kind detection, the context refusal, the chunk-stream
+assembler, stale-connection classification. (Its context lengths: tests/unit/ops/test_health.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from homelab_frontend.upstream import backend_kind
 from homelab_frontend.request.context_clamp import context_refusal
 from homelab_frontend.config import Backend, parse
-from homelab_frontend.ops.health import context_lengths
 from homelab_frontend.surfaces.openai.assemble import CompletionAssembler
 from homelab_frontend.upstream.client import _stale
 
@@ -52,12 +51,6 @@ def test_explicit_kind_wins_and_unset_is_vllm_until_detected():
 def test_only_llamacpp_streams_plain_answers_upstream():
     assert Backend(url="http://h/v1", kind="llamacpp").streams_upstream
     assert not any(Backend(url="http://h/v1", kind=k).streams_upstream for k in ("vllm", "ollama", "openai"))
-
-
-def test_context_lengths_from_vllm_and_llama_cpp():
-    assert context_lengths(LLAMA_MODELS) == {"gemma-3-270m": 1024}
-    assert context_lengths(VLLM_MODELS) == {"m": 4096}
-    assert context_lengths({"data": [{"id": "x", "meta": {"n_ctx": "big"}}, "junk"]}) == {}
 
 
 def test_context_refusal_llama_cpp_wording():

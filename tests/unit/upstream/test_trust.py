@@ -1,26 +1,19 @@
-"""Pure logic of issue 14 (the upstream is untrusted input too): Retry-After parsing, the model
-rewrite over any JSON spelling, the bounded SSE and body readers, the decoder's verdicts, the
-new error kinds in both dialects, and the new config keys with their defaults."""
+"""Pure logic of issue 14 (the upstream is untrusted input too): the decoder's verdicts, the
+new error kinds in both dialects, and the new config keys with their defaults. (Its Retry-After
+parsing, model rewrite and bounded readers are in test_retry_after.py, tests/unit/surfaces/
+test_model_rewrite.py and test_read.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from email.utils import formatdate
 
-import msgspec
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from support.scale import examples
 
 from homelab_frontend import config as cfgmod
 from homelab_frontend.errors import GatewayError
-from homelab_frontend.upstream.retry_after import MAX_S, retry_after_seconds
+from homelab_frontend.upstream.retry_after import retry_after_seconds
 from homelab_frontend.surfaces.openai import errors as openai_errors
 from homelab_frontend.surfaces.anthropic import errors as anthropic_errors
-from homelab_frontend.surfaces.model_rewrite import ModelRewriter
 from homelab_frontend.upstream.decode import (
     ChunkMalformed,
     ErrorBody,
@@ -29,142 +22,6 @@ from homelab_frontend.upstream.decode import (
     validate_completion,
     validate_embeddings,
 )
-from homelab_frontend.upstream.read import UpstreamTooLarge, sse_payloads
-
-# -- Retry-After --------------------------------------------------------------------------------
-
-
-@given(st.integers(min_value=0, max_value=10**9))
-def test_retry_after_delay_seconds(n):
-    assert retry_after_seconds(str(n)) == min(float(n), MAX_S)
-
-
-@given(st.integers(min_value=-3600, max_value=80_000))
-def test_retry_after_http_date(delta):
-    now = 1_800_000_000.0
-    got = retry_after_seconds(formatdate(now + delta, usegmt=True), now=now)
-    assert got == max(0.0, float(delta))
-
-
-@pytest.mark.parametrize("value", [None, "", "-5", "1.5", "soon", "Mon, 99 Foo 2026", "٣", "1" * 100,
-                                   "Fri, 31 Dec 1999 23:59:59"])  # no zone: not an HTTP-date
-def test_retry_after_that_cannot_be_read_is_none(value):
-    assert retry_after_seconds(value) is None
-
-
-def test_retry_after_obsolete_date_forms():
-    now = time.time()
-    assert 0 <= retry_after_seconds(time.strftime("%A, %d-%b-%y %H:%M:%S GMT", time.gmtime(now + 30)), now=now) <= 30
-
-
-# -- the model rewrite --------------------------------------------------------------------------
-
-_json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=8,
-)
-
-
-@settings(max_examples=examples(300))
-@given(
-    others=st.dictionaries(st.text(max_size=6).filter(lambda k: k != "model"), _json_values, max_size=4),
-    upstream=st.sampled_from(["fake", "internal/secret.gguf", "a\"b", "ünï", "/models/q4.gguf"]),
-    position=st.integers(min_value=0, max_value=4),
-    spacing=st.sampled_from([(",", ":"), (", ", ": "), (",", " : "), (" ,", ":  ")]),
-    ensure_ascii=st.booleans(),
-    escape_slash=st.booleans(),
-)
-def test_model_rewrite_is_exact_for_any_spacing_and_key_order(others, upstream, position, spacing, ensure_ascii,
-                                                              escape_slash):
-    items = list(others.items())
-    items.insert(min(position, len(items)), ("model", upstream))
-    raw = json.dumps(dict(items), separators=spacing, ensure_ascii=ensure_ascii)
-    if escape_slash:
-        raw = raw.replace("/", "\\/")  # PHP and some servers escape slashes
-    rw = ModelRewriter("fake", "client-name")
-    out = rw(raw.encode())
-    doc = json.loads(out)
-    assert doc["model"] == "client-name"
-    assert {k: v for k, v in doc.items() if k != "model"} == others
-
-
-def test_model_rewrite_compact_fast_path_and_a_learnt_name():
-    rw = ModelRewriter("asked-for", "client")
-    compact = b'{"id":"x","model":"asked-for","choices":[]}'
-    assert rw(compact) == b'{"id":"x","model":"client","choices":[]}'
-    # llama.cpp answers with the file it loaded: the needle is learnt, later chunks are fast again
-    other = b'{"model":"/m/gemma.gguf","choices":[]}'
-    assert json.loads(rw(other))["model"] == "client"
-    assert rw.needle == b'"model":"/m/gemma.gguf"'
-    assert rw(other) == b'{"model":"client","choices":[]}'
-    # no model, or already the client's: the very bytes
-    assert rw(b'{"choices":[]}') == b'{"choices":[]}'
-    assert rw(b'{"model":"client"}') == b'{"model":"client"}'
-    # "model": inside string content is escaped, so it is never touched
-    text = b'{"model":"client","choices":[{"delta":{"content":"\\"model\\":\\"asked-for\\""}}]}'
-    assert rw(text) == text
-
-
-# -- bounded readers ----------------------------------------------------------------------------
-
-
-class _Content:
-    """What sse_payloads reads from: `readany()` returning the given reads, then b""."""
-
-    def __init__(self, reads: list[bytes]) -> None:
-        self.reads = list(reads)
-
-    async def readany(self) -> bytes:
-        return self.reads.pop(0) if self.reads else b""
-
-
-def _collect(reads: list[bytes], max_line: int) -> list[bytes]:
-    async def go():
-        out = []
-        async for batch in sse_payloads(_Content(reads), "b", max_line):
-            out.extend(batch)
-        return out
-
-    return asyncio.run(go())
-
-
-def _split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    parts, last = [], 0
-    for p in points:
-        if p > last:
-            parts.append(data[last:p])
-            last = p
-    parts.append(data[last:])
-    return [p for p in parts if p]
-
-
-@settings(max_examples=examples(200))
-@given(payloads=st.lists(st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
-                         min_size=1, max_size=8),
-       cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=10))
-def test_sse_payloads_under_the_limit_whatever_the_splits(payloads, cuts):
-    stream = b"".join(b"data: " + p + b"\n\n" for p in payloads)
-    assert _collect(_split(stream, cuts), max_line=1024) == payloads
-
-
-@pytest.mark.parametrize("reads", [
-    [b"data: " + b"x" * 3000],  # an open line, one read
-    [b"data: ", b"x" * 1000, b"x" * 1000, b"x" * 1000],  # an open line over several reads
-    [b"data: " + b"x" * 1500, b"x" * 1500 + b"\n\n"],  # a line that ends, but too long
-    [b"data: ok\n\ndata: " + b"y" * 3000],  # the open tail after good lines
-])
-def test_sse_line_over_the_limit_raises_too_large(reads):
-    with pytest.raises(UpstreamTooLarge) as exc:
-        _collect(reads, max_line=2048)
-    assert exc.value.kind == "upstream_too_large" and "max_line_bytes" in exc.value.message
-
-
-def test_sse_a_line_of_exactly_the_limit_passes():
-    line = b"data: " + b"z" * (2048 - 6)
-    assert _collect([line[:1000], line[1000:], b"\n\n"], max_line=2048) == [b"z" * (2048 - 6)]
-
 
 # -- the decoder's verdicts ---------------------------------------------------------------------
 

@@ -7,9 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from support.scale import examples
 
 from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
@@ -118,24 +115,3 @@ def test_an_empty_thinking_block_with_a_sealed_signature_restores_the_reasoning(
 ], ids=["foreign", "altered", "plain", "empty-seal", "junk-seal", "empty", "none", "non-ascii"])
 def test_foreign_altered_or_junk_sealed_signatures_restore_nothing(signature):
     assert _replay({"type": "thinking", "thinking": "", "signature": signature}).reasoning is None
-
-
-def test_sealing_hides_the_text_and_every_seal_differs():
-    a, b = SIGNER.seal("secret reasoning"), SIGNER.seal("secret reasoning")
-    assert a != b and "secret" not in a
-    assert SIGNER.unseal(a) == SIGNER.unseal(b) == "secret reasoning"
-
-
-@settings(max_examples=examples(200), deadline=None)
-@given(st.text(max_size=2000), st.integers(min_value=0), st.sampled_from("AQgw-_"))
-def test_sealed_text_round_trips_and_any_altered_character_is_refused(text, where, char):
-    sealed = SIGNER.seal(text)
-    assert SIGNER.unseal(sealed) == text
-    i = len("hlf2.") + where % (len(sealed) - len("hlf2."))
-    altered = sealed[:i] + char + sealed[i + 1:]
-    if altered != sealed:
-        # base64 padding bits aside (the last character may encode bits that are dropped), any
-        # change to nonce, ciphertext or tag fails the tag
-        assert SIGNER.unseal(altered) in (None, text)
-        if i < len(sealed) - 1:
-            assert SIGNER.unseal(altered) is None

@@ -16,7 +16,6 @@ from homelab_frontend import canonical as c
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.gemini.request import parse_request
 from homelab_frontend.surfaces.gemini.rules import signature_for
-from homelab_frontend.surfaces.gemini.schema import to_json_schema
 from homelab_frontend.surfaces.signature import ThinkingSigner
 
 SIGNER = ThinkingSigner(b"test-secret")
@@ -321,27 +320,6 @@ def test_what_the_sdk_itself_sends_parses():
     assert (req.reasoning_enabled, req.reasoning_effort, req.reasoning_hidden) == (True, "low", False)
     assert req.tools[0].parameters == {"type": "object", "properties": {"city": {"type": ["string", "null"]}}, "required": ["city"]}
     assert req.tool_choice == c.ToolChoice("required")
-
-
-# ---------------------------------------------------------------------------------------------
-# Schemas
-# ---------------------------------------------------------------------------------------------
-
-
-def test_schema_normalisation_touches_keywords_only():
-    google = {"type": "OBJECT", "propertyOrdering": ["type"], "properties": {
-        "type": {"type": "STRING", "format": "enum", "enum": ["a", "b"], "nullable": True},
-        "min_items": {"type": "ARRAY", "items": {"type": "INTEGER"}, "max_items": 3, "example": [1]},
-        "either": {"any_of": [{"type": "STRING"}, {"type": "NUMBER"}], "nullable": True},
-        "free": {"type": "TYPE_UNSPECIFIED", "default": {"type": "OBJECT"}}}}
-    assert to_json_schema(google) == {"type": "object", "properties": {
-        "type": {"type": ["string", "null"], "enum": ["a", "b", None]},
-        "min_items": {"type": "array", "items": {"type": "integer"}, "maxItems": 3},
-        "either": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]},
-        "free": {"default": {"type": "OBJECT"}}}}
-    js = {"type": "object", "$defs": {"X": {"type": "STRING"}}, "properties": {"x": {"$ref": "#/$defs/X"}}, "additionalProperties": False}
-    assert to_json_schema(js) == {"type": "object", "$defs": {"X": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/X"}},
-                                  "additionalProperties": False}
 
 
 # ---------------------------------------------------------------------------------------------

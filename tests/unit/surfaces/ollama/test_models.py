@@ -11,7 +11,7 @@ import pytest
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.surfaces.ollama.errors import model_not_found, render_error
 from homelab_frontend.surfaces.ollama.models import merge_facts, ps_entry, show_document, tag_name, tags_entry
-from homelab_frontend.upstream.capabilities import Facts, parse_llamacpp_props, parse_ollama_show
+from homelab_frontend.upstream.capabilities import Facts
 
 NOW = "2026-12-01T21:00:00.000000000Z"
 
@@ -58,26 +58,6 @@ def test_show_from_the_config_and_from_backends():
     assert resp.template == "{{ .Prompt }}" and resp.details.family == "qwen3"
     # the gateway's own context figure wins: what a request may really use
     assert show_document("qwen3:8b", merged, 4096, NOW)["model_info"]["qwen3.context_length"] == 4096
-
-
-def test_parse_ollama_show_and_llamacpp_props():
-    show = {"capabilities": ["completion", "vision", 3], "model_info": {"general.architecture": "gemma3",
-            "gemma3.context_length": 131072}, "details": {"family": "gemma3"}, "template": "t"}
-    f = parse_ollama_show(show)
-    assert f.capabilities == ("completion", "vision") and f.context_length == 131072 and f.template == "t"
-    assert parse_ollama_show({"error": "model 'x' not found"}) is None and parse_ollama_show([]) is None
-    props = {"default_generation_settings": {"n_ctx": 4096}, "modalities": {"vision": False},
-             "chat_template_caps": {"supports_tool_calls": True, "supports_system_role": True}}
-    f = parse_llamacpp_props(props)
-    assert f.capabilities == ("completion", "tools") and f.context_length == 4096
-    f = parse_llamacpp_props({"modalities": {"vision": True}})
-    assert f.capabilities == ("completion", "vision")  # tools only when the template says so
-    f = parse_llamacpp_props({"chat_template_caps": {"supports_tools": True, "supports_tool_calls": False,
-                                                     "supports_reasoning_effort": True}})
-    assert f.capabilities == ("completion", "thinking")  # a tools list it cannot answer is no tool calling
-    assert parse_llamacpp_props({"chat_template_caps": {"supports_tools": True}}).capabilities == ("completion", "tools")
-    assert "thinking" in parse_llamacpp_props({"chat_template_caps": {"supports_preserve_reasoning": True}}).capabilities
-    assert parse_llamacpp_props("nope") is None
 
 
 @pytest.mark.parametrize("kind,status", [
