@@ -5,25 +5,18 @@ context lengths, the kind detected, the backend's own running count read off its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import SimpleNamespace
 
 from aiohttp import web
+
+from support.local_http import serve
+from support.models_answers import LLAMA_MODELS, VLLM_MODELS
 
 from homelab_frontend.config import Backend
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.ops import health
 from homelab_frontend.ops.health import context_lengths
 from homelab_frontend.upstream.client import UpstreamClient, UpstreamFailure
-
-# what the real llama-server 11434.0.0 answers on GET /v1/models (trimmed)
-LLAMA_MODELS = {
-    "models": [{"name": "gemma-3-270m", "model": "gemma-3-270m", "capabilities": ["completion"]}],
-    "object": "list",
-    "data": [{"id": "gemma-3-270m", "object": "model", "created": 1, "owned_by": "llamacpp",
-              "meta": {"n_ctx": 1024, "n_ctx_train": 32768}}],
-}
-VLLM_MODELS = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm", "max_model_len": 4096}]}
 
 
 def test_context_lengths_from_vllm_and_llama_cpp():
@@ -38,20 +31,6 @@ def test_only_a_missed_deadline_is_late():
     assert not health.is_late(UpstreamFailure("upstream_unreachable", "x", cause="unreachable"))
     assert not health.is_late(UpstreamFailure("upstream_error", "x", cause="reset"))
     assert not health.is_late(GatewayError("upstream_error", "backend 'a' answered 500 to /models"))
-
-
-@contextlib.asynccontextmanager
-async def serve(*routes: web.RouteDef):
-    """A server with `routes` on a free port of 127.0.0.1 -> its /v1 base URL."""
-    app = web.Application()
-    app.add_routes(routes)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
 
 
 def state_of(url: str, **cfg) -> SimpleNamespace:

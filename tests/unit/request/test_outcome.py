@@ -3,15 +3,15 @@ record's own cancels and the Tracker: test_tracker.py."""
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from support.records import tracked
+
 from homelab_frontend.request import tracker as tr
 from homelab_frontend.request.outcome import DONE, FAILED, LEFT, OK, STALLED, outcome_of
-from homelab_frontend.request.tracker import Tracked
 
 PHASES = [tr.QUEUED, tr.CONNECTING, tr.FIRST_TOKEN, tr.STREAMING, tr.GENERATING]
 KINDS = ["overloaded", "rate_limit", "timeout", "upstream_midstream", "upstream_unreachable", "invalid_request"]
@@ -36,21 +36,10 @@ def test_bad_causes_are_refused():
         outcome_of(tr.QUEUED, FAILED)  # a failure without its kind
 
 
-def _record() -> Tracked:
-    """A record made where the gateway makes them: inside a task (it notes its own)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        async def make() -> Tracked:
-            return Tracked(tr.new_request_id(), "openai", "m", None, False)
-        return asyncio.run(make())
-    return Tracked(tr.new_request_id(), "openai", "m", None, False)
-
-
 @given(st.lists(st.tuples(st.sampled_from([DONE, LEFT, STALLED, FAILED]), st.sampled_from(KINDS),
                           st.booleans()), min_size=1, max_size=6))
 def test_first_cause_wins_unless_overridden(causes):
-    t = _record()
+    t = tracked()
     expected = OK
     for cause, kind, override in causes:
         t.end(cause, kind, override=override)
@@ -60,7 +49,7 @@ def test_first_cause_wins_unless_overridden(causes):
 
 
 def test_the_record_names_the_phase_it_left_in():
-    t = _record()
+    t = tracked()
     t.connecting(), t.answering(stream=True), t.streaming()
     t.end(LEFT, override=True)
     assert t.outcome == "cancelled_streaming"

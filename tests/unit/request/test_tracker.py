@@ -7,25 +7,16 @@ from __future__ import annotations
 import asyncio
 import re
 
+from support.records import tracked
+
 from homelab_frontend.request import tracker as tr
 from homelab_frontend.request.outcome import OK
 from homelab_frontend.request.tracker import Tracked, Tracker
 
 
-def _record() -> Tracked:
-    """A record made where the gateway makes them: inside a task (it notes its own)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        async def make() -> Tracked:
-            return Tracked(tr.new_request_id(), "openai", "m", None, False)
-        return asyncio.run(make())
-    return Tracked(tr.new_request_id(), "openai", "m", None, False)
-
-
 def test_a_stalled_client_is_its_own_cancel_not_a_timeout():
     async def main():
-        t = _record()
+        t = tracked()
         task = asyncio.current_task()
         t.task = task
         assert t.cancel("client_stalled", "stopped reading")
@@ -44,7 +35,7 @@ def test_own_cancel_reasons_map_to_errors():
     async def main():
         out = {}
         for reason in ("timeout", "shutdown", "slot_lost", "admin"):
-            t = _record()
+            t = tracked()
             t.task = asyncio.current_task()
             t.cancel(reason, "why")
             try:
@@ -62,7 +53,7 @@ def test_own_cancel_reasons_map_to_errors():
 
 
 def test_a_client_leaving_is_no_own_cancel():
-    t = _record()
+    t = tracked()
     assert t.own_cancel_error() is None  # nothing of ours cancelled it
     assert not t.cancel("timeout")  # its task is over: nothing left to cancel
 
@@ -70,7 +61,7 @@ def test_a_client_leaving_is_no_own_cancel():
 def test_tracker_lists_finds_and_cancels():
     async def main():
         trk = Tracker()
-        t = _record()
+        t = tracked()
         t.task = asyncio.current_task()
         trk.add(t)
         assert len(trk) == 1 and trk.get(t.id) is t and list(trk) == [t]
@@ -89,7 +80,7 @@ def test_tracker_lists_finds_and_cancels():
 
 
 def test_as_dict_has_no_message_text_and_the_fields_the_admin_api_shows():
-    t = _record()
+    t = tracked()
     d = t.as_dict()
     assert set(d) == {"id", "dialect", "model", "backend", "key", "phase", "stream", "age_s", "started",
                       "tokens_out", "backends_tried", "served_model", "client", "endpoint"}
@@ -111,7 +102,7 @@ def test_a_record_notes_the_task_it_was_made_in():
 
 
 def test_the_backends_tried_are_the_failed_ones_then_the_current():
-    t = _record()
+    t = tracked()
     assert t.tried() == [] and t.as_dict()["backends_tried"] == []
     t.backend = "b0"
     assert t.tried() == ["b0"]
@@ -122,7 +113,7 @@ def test_the_backends_tried_are_the_failed_ones_then_the_current():
 
 def test_a_superseded_request_answers_invalid_request_and_ends_superseded():
     async def main():
-        t = _record()
+        t = tracked()
         t.task = asyncio.current_task()
         t.connecting(), t.answering(stream=True)
         assert t.cancel("superseded", "a newer completion replaced it")

@@ -5,9 +5,10 @@ that cannot tell, or a backend that fails, gives None."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from aiohttp import web
+
+from support.local_http import serve
 
 from homelab_frontend.config import Backend
 from homelab_frontend.upstream.capabilities import can_tell, fetch_facts, parse_llamacpp_props, parse_ollama_show
@@ -33,20 +34,6 @@ def test_parse_ollama_show_and_llamacpp_props():
     assert "thinking" in parse_llamacpp_props({"chat_template_caps": {"supports_preserve_reasoning": True}}).capabilities
     assert parse_llamacpp_props("nope") is None
 
-
-
-@contextlib.asynccontextmanager
-async def serve(*routes: web.RouteDef):
-    """A server with `routes` on a free port of 127.0.0.1 -> its /v1 base URL."""
-    app = web.Application()
-    app.add_routes(routes)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
 
 
 def fetch(routes: list[web.RouteDef], kind: str | None, timeout_s: float = 5.0):

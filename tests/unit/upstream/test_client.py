@@ -6,29 +6,16 @@ the configured key sent."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 
 import pytest
 from aiohttp import web
 
+from support.local_http import serve
+
 from homelab_frontend.config import Backend
 from homelab_frontend.errors import GatewayError
 from homelab_frontend.upstream.client import UpstreamClient, UpstreamFailure, _error_text
-
-
-@contextlib.asynccontextmanager
-async def serve(*routes: web.RouteDef):
-    """A server with `routes` on a free port of 127.0.0.1 -> its /v1 base URL."""
-    app = web.Application()
-    app.add_routes(routes)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    finally:
-        await runner.cleanup()
 
 
 def run(routes: list[web.RouteDef], body, **backend) -> None:

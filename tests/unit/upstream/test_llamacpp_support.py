@@ -11,23 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from support.models_answers import LLAMA_MODELS, OLLAMA_MODELS, OPENAI_MODELS, VLLM_MODELS
+
 from homelab_frontend.upstream import backend_kind
 from homelab_frontend.request.context_clamp import context_refusal
 from homelab_frontend.config import Backend, parse
 from homelab_frontend.surfaces.openai.assemble import CompletionAssembler
 from homelab_frontend.upstream.client import _stale
-
-# what the real llama-server 11434.0.0 answers on GET /v1/models (trimmed)
-LLAMA_MODELS = {
-    "models": [{"name": "gemma-3-270m", "model": "gemma-3-270m", "capabilities": ["completion"]}],
-    "object": "list",
-    "data": [{"id": "gemma-3-270m", "object": "model", "created": 1, "owned_by": "llamacpp",
-              "meta": {"n_ctx": 1024, "n_ctx_train": 32768}}],
-}
-VLLM_MODELS = {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm", "max_model_len": 4096}]}
-OLLAMA_MODELS = {"object": "list", "data": [{"id": "qwen2.5:3b-instruct", "object": "model", "owned_by": "library"},
-                                            {"id": "bob/x:7b", "object": "model", "owned_by": "bob"}]}
-OPENAI_MODELS = {"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "system"}]}
 
 
 def test_kind_detection():

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from hypothesis import given, strategies as st
+
+from support.records import usage_record
 
 from homelab_frontend.usage.record import entry_of
 from homelab_frontend.usage.rollup import METRICS, Rollup, aggregate, totals
 
 T0 = 1_796_119_200.0  # 2026-12-01T10:00:00Z
-
-
-def _rec(**kw):
-    base = dict(key_name="alice", model="m", upstream_model="up", backend="b", dialect="openai",
-                tokens_in=None, tokens_out=0, tokens_cached=None, slot_seconds=0.0, queue_wait=None, load_wait=0.0,
-                outcome="ok", body_bytes=400, upstream_headers=None, units=None)
-    return SimpleNamespace(**{**base, **kw})
 
 
 _entries = st.lists(st.tuples(
@@ -30,7 +23,7 @@ def test_rows_sum_to_the_entries_whatever_the_grouping(raw, by):
     roll = Rollup()
     entries = []
     for dt, key, model, outcome, tin, tout, slot in raw:
-        e = entry_of(_rec(key_name=key, model=model, outcome=outcome, tokens_in=tin, tokens_out=tout,
+        e = entry_of(usage_record(key_name=key, model=model, outcome=outcome, tokens_in=tin, tokens_out=tout,
                           slot_seconds=slot, upstream_headers=0.0), T0 + dt)
         entries.append(e)
         roll.add(e)
@@ -47,7 +40,7 @@ def test_rows_sum_to_the_entries_whatever_the_grouping(raw, by):
 
 
 def test_a_relayed_calls_units_sum_in_its_row():
-    e = entry_of(_rec(units={"documents": 3.0, "characters": 11.0, "images": 2.0, "audio_seconds": 2.5},
+    e = entry_of(usage_record(units={"documents": 3.0, "characters": 11.0, "images": 2.0, "audio_seconds": 2.5},
                       tokens_in=40, slot_seconds=0.2, upstream_headers=0.01), T0)
     r = Rollup()
     r.add(e)
