@@ -104,14 +104,16 @@ def test_queue_timeout(slow_stub):
 def test_cancel_while_queued_leaves_the_queue(slow_stub):
     slow_stub.reset()
     with _gw(slow_stub, slots=1) as gw:
-        hold = threading.Thread(target=_openai, args=(gw, "[stub content=50]"))
+        # the hold outlasts the three vanishings (a 1 s hold did not: the last one got the slot)
+        hold = threading.Thread(target=_openai, args=(gw, "[stub content=300]"))
         hold.start()
         wait_for(lambda: gw.admin()["backends"]["b"]["in_use"] == 1, 5)
         for path, body in (("/chat/completions", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}),
                            ("/messages", {"model": "m", "stream": True, "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}),
                            ("/responses", {"model": "m", "stream": True, "input": "x"})):
-            post_and_vanish(gw.base + path, body, after_s=0.3)
-            wait_for(lambda: gw.admin()["backends"]["b"]["queued"] == 0, 1)
+            post_and_vanish(gw.base + path, body, after_s=0.3,
+                            when=lambda: gw.admin()["backends"]["b"]["queued"] == 1)  # it is queued
+            wait_for(lambda: gw.admin()["backends"]["b"]["queued"] == 0, 5)
         hold.join()
         assert slow_stub.stats()["total"] == 1  # the vanished ones never reached the backend
         outcomes = [r["outcome"] for r in gw.access_log()]
