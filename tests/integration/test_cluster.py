@@ -228,15 +228,18 @@ def test_a_killed_replica_loses_its_slots_within_the_lease(stub, redis_server):
 
 
 def test_redis_restart_refuses_new_work_keeps_running_requests(stub, redis_server):
-    lease_s = 4.0
+    # from the stop to the leases' re-registration (two refusals, the admin read, redis-server's
+    # start, the next renewal round) must fit in a lease less a renewal period: with 4 s leases
+    # that was 2.2-3.5 s, and a busy machine's restart once took longer, fencing a running stream
+    lease_s = 8.0
     stub.reset()
     _in_use_before(redis_server)
     with ExitStack() as stack:
         gws = _start(stack, stub, lease_s, a=redis_server.url, b=redis_server.url)
         a, b = gws["a"], gws["b"]
         running = _Background()
-        for i in range(SLOTS):  # 6 s streams, two on each replica, one per dialect
-            running.start(a if i % 2 else b, 300, "openai" if i < 2 else "anthropic")
+        for i in range(SLOTS):  # 12 s streams, two on each replica, one per dialect: they outlast the restart
+            running.start(a if i % 2 else b, 600, "openai" if i < 2 else "anthropic")
         wait_for(lambda: len(_leases(redis_server)) == SLOTS, timeout=lease_s + 3)
 
         redis_server.stop()
