@@ -12,29 +12,7 @@ from homelab_frontend.lifecycle import effects
 from homelab_frontend.lifecycle.machine import Event
 from homelab_frontend.lifecycle.swap_policy import UnitState
 from homelab_frontend.lifecycle.unit import Managed
-
-
-class FakeChild:
-    def __init__(self, exit_at_start: int | None = None) -> None:
-        self.pid = 4242
-        self.exited: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.stops = 0
-        if exit_at_start is not None:
-            self.exited.set_result(exit_at_start)
-
-    @property
-    def running(self) -> bool:
-        return not self.exited.done()
-
-    async def stop(self, timeout_s: float) -> int:
-        self.stops += 1
-        if not self.exited.done():
-            self.exited.set_result(0)
-        return 0
-
-    def kill(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(-9)
+from support.scripted_child import ScriptedChild
 
 
 class Spawner:
@@ -42,7 +20,7 @@ class Spawner:
                  log_line: str | None = None) -> None:
         self.exit_at_start, self.raises, self.log_line = exit_at_start, raises, log_line
         self.calls: list[list[str]] = []
-        self.child: FakeChild | None = None
+        self.child: ScriptedChild | None = None
 
     async def __call__(self, argv, env, cwd, ring, kill_grace_s):
         self.calls.append(argv)
@@ -50,7 +28,7 @@ class Spawner:
             raise self.raises
         if self.log_line is not None:
             ring.mark(self.log_line)
-        self.child = FakeChild(self.exit_at_start)
+        self.child = ScriptedChild(self.exit_at_start)
         return self.child
 
 
@@ -99,7 +77,7 @@ def test_a_start_that_comes_up_is_ready_and_counted_ok():
         assert (u.failures, u.retry_at, u.error) == (0, None, None) and u.last_start_s is not None
         assert spawner.calls == [["llama-server", "-m", "x.gguf"]] and u.child is spawner.child
         assert "-- gateway: starting llama-server -m x.gguf" in u.log.tail(5)
-        assert "-- gateway: pid 4242" in u.log.tail(5)
+        assert f"-- gateway: pid {spawner.child.pid}" in u.log.tail(5)
 
     asyncio.run(main())
 

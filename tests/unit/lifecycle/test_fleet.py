@@ -18,48 +18,19 @@ from homelab_frontend.errors import GatewayError
 from homelab_frontend.lifecycle.fleet import Fleet
 from homelab_frontend.lifecycle.machine import Event, IllegalMove
 from homelab_frontend.lifecycle.swap_policy import HOLDING, UnitState
-
-
-class FakeChild:
-    pids = iter(range(1000, 100000))
-
-    def __init__(self, exit_at_start: int | None = None) -> None:
-        self.pid = next(self.pids)
-        self.exited: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.stops = 0
-        if exit_at_start is not None:
-            self.exited.set_result(exit_at_start)
-
-    @property
-    def running(self) -> bool:
-        return not self.exited.done()
-
-    def die(self, status: int = -9) -> None:
-        if not self.exited.done():
-            self.exited.set_result(status)
-
-    async def stop(self, timeout_s: float) -> int:
-        self.stops += 1
-        self.die(0)
-        return 0
-
-    def kill(self) -> None:
-        self.die(-9)
-
-    def close_pipe(self) -> None:
-        pass
+from support.scripted_child import ScriptedChild
 
 
 class Spawner:
     def __init__(self) -> None:
-        self.children: dict[str, list[FakeChild]] = {}
+        self.children: dict[str, list[ScriptedChild]] = {}
         self.exit_at_start: int | None = None
         self.bug: Exception | None = None
 
     async def __call__(self, argv, env, cwd, ring, kill_grace_s):
         if self.bug is not None:
             raise self.bug
-        child = FakeChild(self.exit_at_start)
+        child = ScriptedChild(self.exit_at_start)
         self.children.setdefault(argv[0], []).append(child)
         return child
 
