@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Claude Code for tests/e2e/test_claude_code.py: the pinned releases from the npm registry, each
-# into its own directory under the project-local, gitignored .cache/claude-code/<version>.
-# A no-op for a release that is already there.
+# into its own directory outside the clone, ${XDG_CACHE_HOME:-~/.cache}/homelab-frontend/claude-code/
+# <version> (a fresh clone then copies no ~245 MB native binary). A no-op for a release that is
+# already there.
 #
 # NEWEST (2.1.332) is the newest release when this was last pinned: what a new user installs today
 # (claude-opus-5-5, deferred tools with ToolSearch, `<total_tokens>` system turns after tool
@@ -13,19 +14,24 @@
 #
 #   claude-code.sh            install every pinned release
 #   claude-code.sh --versions print the pinned releases, newest first (the tests read this)
+#   claude-code.sh --bin V    print where release V's `claude` is (the tests run that)
 set -euo pipefail
 . "$(dirname "$0")/lib/npm.sh"
 NEWEST=2.1.332
 OLDEST=2.1.197
 VERSIONS="$NEWEST $OLDEST"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/homelab-frontend/claude-code"
+
+bin_of() { echo "$CACHE/$1/node_modules/.bin/claude"; }
 
 if [ "${1:-}" = "--versions" ]; then
   echo "$VERSIONS"
   exit 0
 fi
-
-bin_of() { echo "$ROOT/.cache/claude-code/$1/node_modules/.bin/claude"; }
+if [ "${1:-}" = "--bin" ]; then
+  bin_of "${2:?claude-code.sh --bin VERSION}"
+  exit 0
+fi
 
 installed() {
   local bin
@@ -35,7 +41,7 @@ installed() {
 }
 
 install_one() {
-  local version="$1" dest="$ROOT/.cache/claude-code/$1"
+  local version="$1" dest="$CACHE/$1"
   local pkg="$dest/node_modules/@anthropic-ai/claude-code"
   if installed "$version"; then
     return 0

@@ -1,10 +1,10 @@
 """Claude Code end to end: the real CLI (`claude -p`) through a real gateway to the stub agents.
 
 Two releases, both pinned in `.ci/deps/claude-code.sh`: the newest when last pinned, and the
-oldest we support. The script installs each from the npm registry into its own directory under
-the gitignored `.cache/claude-code/` (CI runs it first; here it is a no-op then). Without the
-registry the install fails and so does every test here, loudly: no silent skip. Every test that
-runs the CLI runs once per release.
+oldest we support. The script installs each from the npm registry into its own directory in a
+cache outside the clone (`claude-code.sh --bin VERSION` says where; CI runs it first, here it is
+a no-op then). Without the registry the install fails and so does every test here, loudly: no
+silent skip. Every test that runs the CLI runs once per release.
 
 The stubs run with `--agent`: given tools, they answer with reasoning and a `Bash` call to
 `echo hello-from-tool`; once the tool's result comes back, `The tool said: <result>`. So a final
@@ -70,7 +70,8 @@ VERSIONS = _pinned_versions()
 
 
 def _cli_path(version: str) -> Path:
-    return ROOT / ".cache" / "claude-code" / version / "node_modules" / ".bin" / "claude"
+    return Path(subprocess.run(["bash", str(INSTALLER), "--bin", version], capture_output=True, text=True,
+                               check=True).stdout.strip())
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Codex CLI end to end: the real CLI (`codex exec`) through a real gateway to the stub agent.
 
-Codex comes from the npm registry, pinned, installed by `.ci/deps/codex.sh` into the gitignored
-`.cache/codex` (its native binary is an npm optional dependency). Without the registry the install
-fails and so does every test here, loudly: no silent skip.
+Codex comes from the npm registry, pinned, installed by `.ci/deps/codex.sh` into a cache outside
+the clone (`codex.sh --bin` says where; its native binary is an npm optional dependency).
+Without the registry the install fails and so does every test here, loudly: no silent skip.
 
 Codex speaks only the Responses API. It runs in a throwaway HOME whose config.toml names the
 gateway as a custom provider (`wire_api = "responses"`), the example in docs/responses.md. The vLLM stub runs
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.timeout(600)  # the first run may install Codex
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "codex.sh"
-CLI = ROOT / ".cache" / "codex" / "node_modules" / ".bin" / "codex"
+CLI = Path(subprocess.run(["bash", str(INSTALLER), "--bin"], capture_output=True, text=True, check=True).stdout.strip())
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 QWEN = "qwen2.5:3b-instruct"
 CLIENT_KEY = "sk-homelab-e2e-codex"

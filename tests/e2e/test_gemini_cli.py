@@ -1,8 +1,8 @@
 """Gemini CLI end to end: the real CLI (`gemini -p`) through a real gateway to the stubs.
 
-Gemini CLI comes from the npm registry, pinned, installed by `.ci/deps/gemini-cli.sh` into the
-gitignored `.cache/gemini-cli`. Without the registry the install fails and so does every test
-here, loudly: no silent skip.
+Gemini CLI comes from the npm registry, pinned, installed by `.ci/deps/gemini-cli.sh` into a cache
+outside the clone (`gemini-cli.sh --bin` says where). Without the registry the install fails and
+so does every test here, loudly: no silent skip.
 
 It runs in a throwaway HOME whose settings select the API-key auth and turn telemetry, usage
 statistics and update checks off; `GOOGLE_GEMINI_BASE_URL` points it at a recording proxy in
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.timeout(900)  # the first run may install Gemini CLI
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "gemini-cli.sh"
-CLI = ROOT / ".cache" / "gemini-cli" / "node_modules" / ".bin" / "gemini"
+CLI = Path(subprocess.run(["bash", str(INSTALLER), "--bin"], capture_output=True, text=True, check=True).stdout.strip())
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 CLIENT_KEY = "sk-homelab-e2e-gemini"
 RUN_TIMEOUT = 240.0  # one `gemini -p`: about 15 s on a busy machine, most of it Node starting up
