@@ -10,6 +10,29 @@ import time
 
 LISTENING = re.compile(r"listening on (http://[\w.:\[\]-]+)")
 
+# How long a start may take before it counts as hung: a guard, not an expectation. A gateway is
+# listening after about 0.7 s of CPU under coverage, but on a starved 2-core machine (a CPU hog,
+# three vLLM servers, four test workers) one took longer than the 15 s the tests once allowed,
+# and the test failed for a start that was only slow. A start that fails exits, and the wait ends
+# at once; only a process that neither listens nor exits waits this long.
+START_GUARD_S = 120.0
+
+
+def progress(proc: subprocess.Popen) -> str:
+    """What became of a child that did not announce its port: its exit status, or that it still
+    runs and how much CPU it has used (a process starved of CPU has used little; a hung one may
+    have used a lot, or be blocked)."""
+    code = proc.poll()
+    if code is not None:
+        return f"exited with {code}"
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return "still running"
+    return f"still running, {cpu_s:.2f} s of CPU used"
+
 
 def wait_listening(proc: subprocess.Popen, timeout: float) -> str | None:
     """The URL the process announces on its stdout (a pipe), or None if it exits or the time

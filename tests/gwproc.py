@@ -13,7 +13,7 @@ import urllib.request
 
 import yaml
 
-from bench.childproc import wait_listening
+from bench.childproc import START_GUARD_S, progress, wait_listening
 
 
 
@@ -45,11 +45,12 @@ class Gateway:
         with open(self.config_path, "w") as f:
             yaml.safe_dump(config, f, sort_keys=False)
 
-    def _wait_listening(self, timeout: float = 15.0) -> str:
+    def _wait_listening(self, timeout: float = START_GUARD_S) -> str:
         url = wait_listening(self.proc, timeout)
         if url is None:
+            state = progress(self.proc)
             self.stop()
-            raise RuntimeError(f"gateway did not start:\n{self.stderr()}")
+            raise RuntimeError(f"gateway did not start within {timeout:.0f} s ({state}):\n{self.stderr()}")
         return url
 
     def stderr(self) -> str:

@@ -16,6 +16,7 @@ import tempfile
 import time
 
 import proctree
+from bench.childproc import START_GUARD_S
 from stubproc import free_port
 
 # docs/operations.md, "Behind a reverse proxy": the nginx location, as tested ({gw}: host:port).
@@ -92,7 +93,7 @@ class Proxy:
         self._out = open(os.path.join(dir, "stdout.log"), "wb")
         self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})}, start_new_session=True)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START_GUARD_S
         while not _listening(port):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()

@@ -16,9 +16,10 @@ import tempfile
 import threading
 import time
 
+from bench.childproc import START_GUARD_S
 from stubproc import free_port
 
-START_TIMEOUT = 10.0
+START_TIMEOUT = START_GUARD_S  # a hang guard: bench/childproc.py says why
 
 
 def available() -> bool:

@@ -28,10 +28,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from bench.childproc import START_GUARD_S, progress
+
 T = TypeVar("T")
 
 SRC_DIR = Path(__file__).resolve().parents[1] / "src"
-START_TIMEOUT = 10.0
+START_TIMEOUT = START_GUARD_S  # a hang guard: bench/childproc.py says why
 STOP_GRACE = 5.0
 
 
@@ -191,7 +193,8 @@ def start_stub(
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RuntimeError(f"stub did not start within {START_TIMEOUT}s; output: {seen!r}")
+                raise RuntimeError(f"stub did not start within {START_TIMEOUT:.0f} s ({progress(proc)}); "
+                                   f"output: {seen!r}")
             try:
                 line = lines.get(timeout=remaining)
             except queue.Empty:

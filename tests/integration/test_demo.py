@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.childproc import wait_listening
+from bench.childproc import START_GUARD_S, wait_listening
 from managed import alive, wait_gone
 from rawhttp import post_raw
 from stubproc import free_port, wait_for
@@ -74,7 +74,7 @@ def finish(demo: subprocess.Popen, timeout: float = 30) -> tuple[int, str]:
 def test_the_demo_keeps_its_state_to_itself_and_removes_it_when_stopped(where, sig):
     demo = start(where, free_port())
     try:
-        url = wait_listening(demo, 30)
+        url = wait_listening(demo, START_GUARD_S)
         assert url, "the demo did not start"
         [own] = demo_dirs(where)
         stubs = stub_pids(demo)
@@ -105,7 +105,7 @@ def test_a_second_demo_that_cannot_bind_leaves_the_first_ones_log_and_no_directo
     port = free_port()
     first = start(where, port)
     try:
-        url = wait_listening(first, 30)
+        url = wait_listening(first, START_GUARD_S)
         assert url, "the first demo did not start"
         status, _, _ = post_raw(url + "/llm/v1/chat/completions",
                                 {"model": "reasoning", "messages": [{"role": "user", "content": "hi"}]})

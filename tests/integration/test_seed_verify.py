@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from bench.childproc import wait_listening
+from bench.childproc import START_GUARD_S, wait_listening
 from stubproc import free_port, wait_for
 
 # No skip when curl is missing: the Verify commands are curl commands (.ci/deps/curl.sh installs it).
@@ -40,7 +40,7 @@ def demo():
         env={**os.environ, "HLF_DEMO_LOG_DIR": LOG_DIR},
     )
     try:
-        assert wait_listening(proc, 20), "the demo did not start"
+        assert wait_listening(proc, START_GUARD_S), "the demo did not start"
         yield port
     finally:
         proc.send_signal(signal.SIGINT)

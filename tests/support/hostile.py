@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from bench.childproc import wait_listening
+from bench.childproc import START_GUARD_S, progress, wait_listening
 
 HOSTILE = Path(__file__).resolve().parents[1] / "hostile_upstream.py"
 
@@ -17,8 +17,8 @@ HOSTILE = Path(__file__).resolve().parents[1] / "hostile_upstream.py"
 class Hostile:
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, str(HOSTILE), "--port", "0"], stdout=subprocess.PIPE)
-        url = wait_listening(self.proc, 10)
-        assert url, "hostile upstream did not start"
+        url = wait_listening(self.proc, START_GUARD_S)
+        assert url, f"hostile upstream did not start ({progress(self.proc)})"
         self.url = url
         self.base = url + "/v1"
 
