@@ -16,6 +16,14 @@ LISTENING = re.compile(r"listening on (http://[\w.:\[\]-]+)")
 # and the test failed for a start that was only slow. A start that fails exits, and the wait ends
 # at once; only a process that neither listens nor exits waits this long.
 START_GUARD_S = 120.0
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads, the exited ones included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # fields 14 and 15 of stat(5)
 
 
 def progress(proc: subprocess.Popen) -> str:
@@ -26,12 +34,9 @@ def progress(proc: subprocess.Popen) -> str:
     if code is not None:
         return f"exited with {code}"
     try:
-        with open(f"/proc/{proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return f"still running, {cpu_seconds(proc.pid):.2f} s of CPU used"
     except (OSError, IndexError, ValueError):
         return "still running"
-    return f"still running, {cpu_s:.2f} s of CPU used"
 
 
 def wait_listening(proc: subprocess.Popen, timeout: float) -> str | None:

@@ -16,17 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from bench.childproc import wait_listening
+from bench.childproc import cpu_seconds, wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads, the exited ones included)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK  # fields 14 and 15 of stat(5)
 
 
 def memory_mb(pid: int) -> dict[str, float]:

@@ -19,7 +19,6 @@ import time
 from bench.childproc import START_GUARD_S
 from stubproc import free_port
 
-START_TIMEOUT = START_GUARD_S  # a hang guard: bench/childproc.py says why
 
 
 def available() -> bool:
@@ -48,7 +47,7 @@ class RedisServer:
              "--appendonly", "no", "--dir", self.dir, "--logfile", ""],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + START_TIMEOUT
+        deadline = time.monotonic() + START_GUARD_S
         while not self.ping():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()

@@ -33,7 +33,6 @@ from bench.childproc import START_GUARD_S, progress
 T = TypeVar("T")
 
 SRC_DIR = Path(__file__).resolve().parents[1] / "src"
-START_TIMEOUT = START_GUARD_S  # a hang guard: bench/childproc.py says why
 STOP_GRACE = 5.0
 
 
@@ -187,13 +186,13 @@ def start_stub(
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=child_env)
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + START_GUARD_S
     seen: list[str] = []
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RuntimeError(f"stub did not start within {START_TIMEOUT:.0f} s ({progress(proc)}); "
+                raise RuntimeError(f"stub did not start within {START_GUARD_S:.0f} s ({progress(proc)}); "
                                    f"output: {seen!r}")
             try:
                 line = lines.get(timeout=remaining)

@@ -39,6 +39,7 @@ from gwproc import Gateway, config_for
 from homelab_frontend.stub.script import AGENT_REASONING_TOKENS, REASONING_TEXT, cycle_words
 from recording_proxy import Exchange, RecordingProxy
 from stubproc import start_stub, wait_for
+from support.npm_cli import cli_bin
 
 pytestmark = pytest.mark.timeout(900)  # the first run may install Claude Code (~245 MB, twice)
 
@@ -70,8 +71,7 @@ VERSIONS = _pinned_versions()
 
 
 def _cli_path(version: str) -> Path:
-    return Path(subprocess.run(["bash", str(INSTALLER), "--bin", version], capture_output=True, text=True,
-                               check=True).stdout.strip())
+    return cli_bin(INSTALLER, version)
 
 
 @pytest.fixture(scope="module")

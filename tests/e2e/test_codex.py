@@ -31,12 +31,13 @@ from stubproc import wait_for
 from gwproc import Gateway, config_for
 from recording_proxy import RecordingProxy
 from stubproc import start_stub
+from support.npm_cli import cli_bin
 
 pytestmark = pytest.mark.timeout(600)  # the first run may install Codex
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "codex.sh"
-CLI = Path(subprocess.run(["bash", str(INSTALLER), "--bin"], capture_output=True, text=True, check=True).stdout.strip())
+CLI = cli_bin(INSTALLER)
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 QWEN = "qwen2.5:3b-instruct"
 CLIENT_KEY = "sk-homelab-e2e-codex"

@@ -38,12 +38,13 @@ from rawhttp import _request_bytes, post_raw
 from recording_proxy import RecordingProxy
 from support.merging_relay import MergingRelay
 from stubproc import start_stub, wait_for
+from support.npm_cli import cli_bin
 
 pytestmark = pytest.mark.timeout(900)  # the first run may install Gemini CLI
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = ROOT / ".ci" / "deps" / "gemini-cli.sh"
-CLI = Path(subprocess.run(["bash", str(INSTALLER), "--bin"], capture_output=True, text=True, check=True).stdout.strip())
+CLI = cli_bin(INSTALLER)
 R1 = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 CLIENT_KEY = "sk-homelab-e2e-gemini"
 RUN_TIMEOUT = 240.0  # one `gemini -p`: about 15 s on a busy machine, most of it Node starting up
